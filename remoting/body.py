@@ -1,0 +1,399 @@
+"""JSON request/response bodies (RocketMQ's RemotingSerializable classes), as pydantic models.
+
+Field names on the wire are RocketMQ's camelCase; Python attributes are snake_case. Used for
+route, registration, heartbeat and admin bodies: never on the per-message hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from . import jsonutil
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def encode(self) -> bytes:
+        return self.model_dump_json(by_alias=True).encode()
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview | str | None) -> Self:
+        if data is None or len(data) == 0:
+            raise ValueError(f"{cls.__name__}: empty body")
+        return cls.model_validate(jsonutil.loads(data))
+
+
+class DataVersion(Body):
+    timestamp: int = Field(default_factory=lambda: int(time.time() * 1000))
+    counter: int = 0
+
+    def next_version(self) -> None:
+        self.timestamp = int(time.time() * 1000)
+        self.counter += 1
+
+    def same(self, other: DataVersion | None) -> bool:
+        return other is not None and self.timestamp == other.timestamp and self.counter == other.counter
+
+
+class TopicConfig(Body):
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+class TopicConfigSerializeWrapper(Body):
+    topic_config_table: dict[str, TopicConfig] = Field(default_factory=dict)
+    data_version: DataVersion = Field(default_factory=DataVersion)
+
+
+class RegisterBrokerBody(Body):
+    topic_config_serialize_wrapper: TopicConfigSerializeWrapper = Field(
+        default_factory=TopicConfigSerializeWrapper
+    )
+    filter_server_list: list[str] = Field(default_factory=list)
+
+
+class QueueData(Body):
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+
+class BrokerData(Body):
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = Field(default_factory=dict)
+
+    def select_broker_addr(self) -> str | None:
+        """The master's address if present, else any."""
+        addr = self.broker_addrs.get(0)
+        if addr is None and self.broker_addrs:
+            addr = next(iter(self.broker_addrs.values()))
+        return addr
+
+
+class TopicRouteData(Body):
+    order_topic_conf: str | None = None
+    queue_datas: list[QueueData] = Field(default_factory=list)
+    broker_datas: list[BrokerData] = Field(default_factory=list)
+    filter_server_table: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class ClusterInfo(Body):
+    broker_addr_table: dict[str, BrokerData] = Field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class TopicList(Body):
+    topic_list: list[str] = Field(default_factory=list)
+    broker_addr: str | None = None
+
+
+class KVTable(Body):
+    table: dict[str, str] = Field(default_factory=dict)
+
+
+class SubscriptionData(Body):
+    class_filter_mode: bool = False
+    topic: str
+    sub_string: str = "*"
+    tags_set: list[str] = Field(default_factory=list)
+    code_set: list[int] = Field(default_factory=list)
+    sub_version: int = Field(default_factory=lambda: int(time.time() * 1000))
+    expression_type: str = "TAG"
+    filter_class_source: str | None = None
+
+
+class ConsumerData(Body):
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list[SubscriptionData] = Field(default_factory=list)
+    unit_mode: bool = False
+
+
+class ProducerData(Body):
+    group_name: str
+
+
+class HeartbeatData(Body):
+    client_id: str = Field(alias="clientID")
+    producer_data_set: list[ProducerData] = Field(default_factory=list)
+    consumer_data_set: list[ConsumerData] = Field(default_factory=list)
+
+
+class GetConsumerListByGroupResponseBody(Body):
+    consumer_id_list: list[str] = Field(default_factory=list)
+
+
+class MessageQueue(Body):
+    """A queue as it appears in bodies. Hashable so it can key dicts and sets."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def key_json(self) -> str:
+        """fastjson writes a map keyed by MessageQueue with the object as the key."""
+        return json.dumps(
+            {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic},
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
+
+def _mq_from_key(key: Any) -> MessageQueue:
+    if isinstance(key, MessageQueue):
+        return key
+    return MessageQueue.model_validate(json.loads(key) if isinstance(key, str) else key)
+
+
+class LockBatchRequestBody(Body):
+    consumer_group: str
+    client_id: str
+    mq_set: list[MessageQueue] = Field(default_factory=list)
+
+
+class UnlockBatchRequestBody(LockBatchRequestBody):
+    pass
+
+
+class LockBatchResponseBody(Body):
+    lock_ok_mq_set: list[MessageQueue] = Field(default_factory=list, alias="lockOKMQSet")
+
+
+class Connection(Body):
+    client_id: str
+    client_addr: str
+    language: str = "JAVA"
+    version: int = 0
+
+
+class ConsumerConnection(Body):
+    connection_set: list[Connection] = Field(default_factory=list)
+    subscription_table: dict[str, SubscriptionData] = Field(default_factory=dict)
+    consume_type: str | None = None
+    message_model: str | None = None
+    consume_from_where: str | None = None
+
+
+class ProducerConnection(Body):
+    connection_set: list[Connection] = Field(default_factory=list)
+
+
+class SubscriptionGroupConfig(Body):
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+
+class SubscriptionGroupWrapper(Body):
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = Field(default_factory=dict)
+    data_version: DataVersion = Field(default_factory=DataVersion)
+
+
+class OffsetWrapper(Body):
+    broker_offset: int = 0
+    consumer_offset: int = 0
+    last_timestamp: int = 0
+
+
+class TopicOffset(Body):
+    min_offset: int = 0
+    max_offset: int = 0
+    last_update_timestamp: int = 0
+
+
+class _MQKeyed(Body):
+    """Bodies with a map keyed by MessageQueue, written the fastjson way."""
+
+    def encode(self) -> bytes:
+        data = self.model_dump(by_alias=True, exclude={"offset_table"})
+        items = ",".join(
+            f"{mq.key_json()}:{v.model_dump_json(by_alias=True) if isinstance(v, BaseModel) else json.dumps(v)}"
+            for mq, v in self.offset_table.items()  # type: ignore[attr-defined]
+        )
+        rest = json.dumps(data, separators=(",", ":"))[1:-1]
+        return ("{" + (rest + "," if rest else "") + '"offsetTable":{' + items + "}}").encode()
+
+    @field_validator("offset_table", mode="before", check_fields=False)
+    @classmethod
+    def _keys(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {_mq_from_key(k): val for k, val in v.items()}
+        return v
+
+
+class ConsumeStats(_MQKeyed):
+    offset_table: dict[MessageQueue, OffsetWrapper] = Field(default_factory=dict)
+    consume_tps: float = 0.0
+
+    def total_diff(self) -> int:
+        return sum(max(0, w.broker_offset - w.consumer_offset) for w in self.offset_table.values())
+
+
+class TopicStatsTable(_MQKeyed):
+    offset_table: dict[MessageQueue, TopicOffset] = Field(default_factory=dict)
+
+
+class ResetOffsetBody(_MQKeyed):
+    offset_table: dict[MessageQueue, int] = Field(default_factory=dict)
+
+
+class ConsumeMessageDirectlyResult(Body):
+    order: bool = False
+    auto_commit: bool = True
+    consume_result: str | None = None
+    remark: str | None = None
+    spent_time_mills: int = 0
+
+
+# ------------------------------------------------------------------ REGISTER_BROKER body codec
+
+# Bound on the inflated size of a compressed register body (a zip bomb must not eat the heap).
+MAX_REGISTER_BODY_INFLATED = 256 * 1024 * 1024
+
+
+def _decode_compressed_register_body(data: bytes | bytearray | memoryview) -> RegisterBrokerBody:
+    """RocketMQ 4.9.4's RegisterBrokerBody.encode(true) form, inflated.
+
+    zlib stream of: int32 len + DataVersion JSON, int32 topic count, per topic int32 len +
+    TopicConfig.encode() text (`name read write perm filterType`, space separated), then int32
+    len + filterServerList JSON. Big-endian ints. topicSysFlag/order are not carried (as in Java).
+    """
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(bytes(data), MAX_REGISTER_BODY_INFLATED + 1)
+    except zlib.error as e:
+        raise ValueError(f"compressed register body does not inflate: {e}") from None
+    if len(raw) > MAX_REGISTER_BODY_INFLATED:
+        raise ValueError(f"compressed register body inflates beyond {MAX_REGISTER_BODY_INFLATED} bytes")
+    view = memoryview(raw)
+    pos = 0
+
+    def read_chunk(what: str) -> bytes:
+        nonlocal pos
+        if pos + 4 > len(view):
+            raise ValueError(f"compressed register body truncated before the length of {what}")
+        (n,) = struct.unpack_from(">i", view, pos)
+        pos += 4
+        if n < 0 or pos + n > len(view):
+            raise ValueError(f"compressed register body: bad length {n} for {what}")
+        chunk = bytes(view[pos : pos + n])
+        pos += n
+        return chunk
+
+    data_version = DataVersion.decode(read_chunk("dataVersion"))
+    if pos + 4 > len(view):
+        raise ValueError("compressed register body truncated before the topic count")
+    (count,) = struct.unpack_from(">i", view, pos)
+    pos += 4
+    if count < 0:
+        raise ValueError(f"compressed register body: bad topic count {count}")
+    table: dict[str, TopicConfig] = {}
+    for i in range(count):
+        text = read_chunk(f"topic config #{i}").decode("utf-8")
+        parts = text.split(" ")
+        if len(parts) != 5:
+            raise ValueError(f"compressed register body: bad topic config {text!r}")
+        try:
+            tc = TopicConfig(
+                topic_name=parts[0],
+                read_queue_nums=int(parts[1]),
+                write_queue_nums=int(parts[2]),
+                perm=int(parts[3]),
+                topic_filter_type=parts[4],
+            )
+        except ValueError:
+            raise ValueError(f"compressed register body: bad topic config {text!r}") from None
+        table[tc.topic_name] = tc
+    filter_servers = jsonutil.loads(read_chunk("filterServerList") or b"[]")
+    if filter_servers is None:
+        filter_servers = []
+    if not isinstance(filter_servers, list):
+        raise ValueError("compressed register body: filterServerList is not a list")
+    return RegisterBrokerBody(
+        topic_config_serialize_wrapper=TopicConfigSerializeWrapper(
+            topic_config_table=table, data_version=data_version
+        ),
+        filter_server_list=[str(s) for s in filter_servers],
+    )
+
+
+def encode_register_broker_body(body: RegisterBrokerBody, compressed: bool = False) -> bytes:
+    """Encode a REGISTER_BROKER body: JSON, or Java's compressed binary form when compressed."""
+    if not compressed:
+        return body.encode()
+    wrapper = body.topic_config_serialize_wrapper
+    out = bytearray()
+
+    def chunk(b: bytes) -> None:
+        out.extend(struct.pack(">i", len(b)))
+        out.extend(b)
+
+    chunk(wrapper.data_version.encode())
+    out.extend(struct.pack(">i", len(wrapper.topic_config_table)))
+    for tc in wrapper.topic_config_table.values():
+        chunk(
+            f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type}".encode()
+        )
+    chunk(jsonutil.dumps(list(body.filter_server_list)))
+    return zlib.compress(bytes(out), 9)
+
+
+def decode_register_broker_body(
+    data: bytes | bytearray | memoryview | None, compressed: bool = False
+) -> RegisterBrokerBody:
+    """Decode a REGISTER_BROKER body in any shape a broker sends.
+
+    - empty: no topics, data version {timestamp 0, counter 0} (what Java's namesrv assumes);
+    - compressed=True: Java's deflated binary form (RegisterBrokerBody.encode(true));
+    - JSON RegisterBrokerBody `{"topicConfigSerializeWrapper":{...},"filterServerList":[...]}`;
+    - JSON TopicConfigSerializeWrapper `{"topicConfigTable":{...},"dataVersion":{...}}` (brokers
+      before V3_0_11 send the wrapper alone).
+    Raises ValueError naming what is wrong.
+    """
+    if data is None or len(data) == 0:
+        return RegisterBrokerBody(
+            topic_config_serialize_wrapper=TopicConfigSerializeWrapper(
+                data_version=DataVersion(timestamp=0, counter=0)
+            )
+        )
+    if compressed:
+        return _decode_compressed_register_body(data)
+    try:
+        obj = jsonutil.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"register body is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("register body is not a JSON object")
+    if "topicConfigSerializeWrapper" in obj or "filterServerList" in obj:
+        return RegisterBrokerBody.model_validate(obj)
+    if "topicConfigTable" in obj or "dataVersion" in obj:
+        return RegisterBrokerBody(topic_config_serialize_wrapper=TopicConfigSerializeWrapper.model_validate(obj))
+    raise ValueError(
+        "register body has neither topicConfigSerializeWrapper (RegisterBrokerBody) "
+        "nor topicConfigTable (TopicConfigSerializeWrapper)"
+    )

@@ -1,0 +1,178 @@
+"""RemotingClient: one reused connection per address, request/response correlation by opaque."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import structlog
+
+from .codec import MAX_FRAME_SIZE
+from .codes import SerializeType
+from .command import OpaqueGenerator, RemotingCommand
+from .connection import RemotingConnection, RequestDispatcher
+from .errors import RemotingConnectError, RemotingError
+
+log = structlog.get_logger(__name__)
+
+ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"bad address {addr!r}: expected ip:port")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    def __init__(
+        self,
+        dispatcher: RequestDispatcher | None = None,
+        *,
+        connect_timeout_ms: float = 3000,
+        serialize_type: SerializeType = SerializeType.JSON,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        max_inflight_per_connection: int = 65535,
+    ) -> None:
+        # The dispatcher serves requests the server sends us (NOTIFY_CONSUMER_IDS_CHANGED, ...).
+        self.dispatcher = dispatcher or RequestDispatcher()
+        self.connect_timeout_ms = connect_timeout_ms
+        self.serialize_type = serialize_type
+        self.max_frame_size = max_frame_size
+        self.max_inflight = max_inflight_per_connection
+        self._conns: dict[str, RemotingConnection] = {}
+        self._connecting: dict[str, asyncio.Future[RemotingConnection]] = {}
+        self._opaque = OpaqueGenerator()
+        self._closed = False
+        self._close_listeners: list[Callable[[str], None]] = []
+
+    def add_close_listener(self, cb: Callable[[str], None]) -> None:
+        """cb(addr) when a connection to addr closes."""
+        self._close_listeners.append(cb)
+
+    async def get_connection(self, addr: str) -> RemotingConnection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        if self._closed:
+            raise RemotingConnectError(addr, "client is closed")
+        fut = self._connecting.get(addr)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._connecting[addr] = fut
+            try:
+                conn = await self._connect(addr)
+            except BaseException as e:
+                fut.set_exception(e)
+                fut.exception()  # mark retrieved: others may not be waiting
+                raise
+            finally:
+                self._connecting.pop(addr, None)
+            fut.set_result(conn)
+            return conn
+        return await asyncio.shield(fut)
+
+    async def _connect(self, addr: str) -> RemotingConnection:
+        try:
+            host, port = split_addr(addr)
+        except ValueError as e:
+            raise RemotingConnectError(addr, str(e)) from None
+        loop = asyncio.get_running_loop()
+
+        def on_close(c: RemotingConnection, addr: str = addr) -> None:
+            if self._conns.get(addr) is c:
+                del self._conns[addr]
+            for cb in self._close_listeners:
+                try:
+                    cb(addr)
+                except Exception:
+                    log.exception("close_listener_failed", addr=addr)
+
+        def factory() -> RemotingConnection:
+            return RemotingConnection(
+                self.dispatcher,
+                opaque=self._opaque,
+                on_close=on_close,
+                max_frame_size=self.max_frame_size,
+                max_inflight=self.max_inflight,
+                role="client",
+            )
+
+        try:
+            _t, conn = await asyncio.wait_for(
+                loop.create_connection(factory, host, port), self.connect_timeout_ms / 1000.0
+            )
+        except TimeoutError:
+            raise RemotingConnectError(addr, f"timed out after {self.connect_timeout_ms:.0f} ms") from None
+        except OSError as e:
+            raise RemotingConnectError(addr, e.strerror or str(e)) from None
+        self._conns[addr] = conn
+        return conn
+
+    def _prepare(self, cmd: RemotingCommand) -> RemotingCommand:
+        if cmd.serialize_type is SerializeType.JSON and self.serialize_type is not SerializeType.JSON:
+            cmd.serialize_type = self.serialize_type
+        return cmd
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: float = 3000) -> RemotingCommand:
+        """Send a request and await its response; typed RemotingError subclasses on failure."""
+        start = time.monotonic()
+        conn = await self.get_connection(addr)
+        left = timeout_ms - (time.monotonic() - start) * 1000.0
+        await conn.writable()
+        return await conn.invoke_future(self._prepare(cmd), max(1.0, left))
+
+    async def invoke_future(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: float = 3000
+    ) -> asyncio.Future[RemotingCommand]:
+        """Send now and return the response future without awaiting it (pipelining)."""
+        conn = await self.get_connection(addr)
+        await conn.writable()
+        return conn.invoke_future(self._prepare(cmd), timeout_ms)
+
+    async def invoke_async(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: float, callback: ResponseCallback
+    ) -> None:
+        """Send now; callback(response, None) or callback(None, error) later on the loop."""
+        try:
+            fut = await self.invoke_future(addr, cmd, timeout_ms)
+        except RemotingError as e:
+            callback(None, e)
+            return
+
+        def done(f: asyncio.Future[RemotingCommand]) -> None:
+            if f.cancelled():
+                callback(None, asyncio.CancelledError())
+            elif f.exception() is not None:
+                callback(None, f.exception())
+            else:
+                callback(f.result(), None)
+
+        fut.add_done_callback(done)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.get_connection(addr)
+        await conn.writable()
+        conn.invoke_oneway(self._prepare(cmd))
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    def connected_addrs(self) -> list[str]:
+        return [a for a, c in self._conns.items() if not c.closed]
+
+    async def close(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for c in conns:
+            c.close()
+        await self.dispatcher.close()
+        # Give transports a moment to run connection_lost so pending calls fail promptly.
+        with contextlib.suppress(Exception):
+            await asyncio.sleep(0)

@@ -1,0 +1,302 @@
+"""Sans-I/O RemotingCommand codec: bytes in, commands out (and back). No sockets here.
+
+Frame: int32 BE total length (header + body + 4, not itself), int32 BE
+(serializeType << 24 | headerLength), header bytes, body bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from .codes import LanguageCode, SerializeType
+from .command import RemotingCommand
+from .errors import ProtocolError
+
+MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+_PREFIX = struct.Struct(">II")
+_LEN = struct.Struct(">I")
+# RocketMQSerializable fixed part: code, language, version, opaque, flag.
+_BIN_FIXED = struct.Struct(">hbhii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+_SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ", SerializeType.MSGPACK: "JSON"}
+_json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_json_loads = json.loads
+_msgpack_packb = msgpack.Packer(use_bin_type=True).pack
+
+
+def _wire_str(v: Any) -> str:
+    # Java peers expect every extFields value as a string; booleans in Java spelling.
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _stringify(ext: dict[str, Any]) -> dict[str, str]:
+    for v in ext.values():
+        if not isinstance(v, str):
+            return {k: _wire_str(v) for k, v in ext.items() if v is not None}
+    return ext
+
+
+# ---------------------------------------------------------------- header encoders
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    header: dict[str, Any] = {
+        "code": cmd.code,
+        "flag": cmd.flag,
+        "language": cmd.language.name,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    if cmd.ext_fields:
+        header["extFields"] = _stringify(cmd.ext_fields)
+    return _json_dumps(header).encode()
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    parts = [_BIN_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)]
+    if cmd.remark:
+        rb = cmd.remark.encode()
+        parts.append(_I32.pack(len(rb)))
+        parts.append(rb)
+    else:
+        parts.append(_I32.pack(0))
+    if cmd.ext_fields:
+        fields = []
+        for k, v in cmd.ext_fields.items():
+            if v is None:
+                continue
+            kb = k.encode()
+            vb = _wire_str(v).encode()
+            fields.append(_I16.pack(len(kb)))
+            fields.append(kb)
+            fields.append(_I32.pack(len(vb)))
+            fields.append(vb)
+        ext = b"".join(fields)
+        parts.append(_I32.pack(len(ext)))
+        parts.append(ext)
+    else:
+        parts.append(_I32.pack(0))
+    return b"".join(parts)
+
+
+def encode_msgpack_header(cmd: RemotingCommand) -> bytes:
+    # Compact positional form: [code, language, version, opaque, flag, remark, extFields].
+    return _msgpack_packb(
+        [cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields]
+    )
+
+
+_HEADER_ENCODERS = {
+    SerializeType.JSON: encode_json_header,
+    SerializeType.ROCKETMQ: encode_rocketmq_header,
+    SerializeType.MSGPACK: encode_msgpack_header,
+}
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    return _HEADER_ENCODERS[cmd.serialize_type](cmd)
+
+
+def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes | bytearray | memoryview | None]:
+    """Prefix+header as one bytes object, and the body untouched (so large bodies are not copied)."""
+    header = encode_header(cmd)
+    body = cmd.body
+    blen = len(body) if body is not None else 0
+    hlen = len(header)
+    total = 4 + hlen + blen
+    if total > MAX_FRAME_SIZE:
+        raise ProtocolError(f"frame of {total} bytes exceeds the {MAX_FRAME_SIZE} byte limit")
+    prefix = _PREFIX.pack(total, (int(cmd.serialize_type) << 24) | hlen)
+    return prefix + header, (body if blen else None)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    head, body = encode_parts(cmd)
+    return head + bytes(body) if body is not None else head
+
+
+# ---------------------------------------------------------------- header decoders
+
+
+def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    try:
+        obj = _json_loads(bytes(data))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"undecodable JSON header: {e}") from None
+    if not isinstance(obj, dict) or "code" not in obj:
+        raise ProtocolError("JSON header is not an object with a code")
+    try:
+        ext = obj.get("extFields")
+        if ext is not None and not isinstance(ext, dict):
+            raise ProtocolError("JSON header extFields is not an object")
+        remark = obj.get("remark")
+        return RemotingCommand(
+            code=int(obj["code"]),
+            opaque=int(obj.get("opaque", 0)),
+            flag=int(obj.get("flag", 0)),
+            remark=remark if remark is None or isinstance(remark, str) else str(remark),
+            ext_fields=ext,
+            language=LanguageCode.parse(obj.get("language", "OTHER")),
+            version=int(obj.get("version", 0)),
+            serialize_type=SerializeType.JSON,
+        )
+    except (TypeError, ValueError) as e:
+        raise ProtocolError(f"bad JSON header field: {e}") from None
+
+
+def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
+    mv = memoryview(data)
+    n = len(mv)
+    try:
+        code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(mv, 0)
+        pos = _BIN_FIXED.size
+        (rlen,) = _I32.unpack_from(mv, pos)
+        pos += 4
+        if rlen < 0 or pos + rlen > n:
+            raise ProtocolError(f"binary header remark length {rlen} out of range")
+        remark = bytes(mv[pos : pos + rlen]).decode() if rlen else None
+        pos += rlen
+        (elen,) = _I32.unpack_from(mv, pos)
+        pos += 4
+        if elen < 0 or pos + elen > n:
+            raise ProtocolError(f"binary header extFields length {elen} out of range")
+        ext: dict[str, str] | None = None
+        if elen:
+            ext = {}
+            end = pos + elen
+            while pos < end:
+                (klen,) = _I16.unpack_from(mv, pos)
+                pos += 2
+                if klen < 0 or pos + klen > end:
+                    raise ProtocolError("binary header key length out of range")
+                key = bytes(mv[pos : pos + klen]).decode()
+                pos += klen
+                (vlen,) = _I32.unpack_from(mv, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end:
+                    raise ProtocolError("binary header value length out of range")
+                ext[key] = bytes(mv[pos : pos + vlen]).decode()
+                pos += vlen
+    except struct.error as e:
+        raise ProtocolError(f"truncated binary header: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"binary header is not UTF-8: {e}") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        language=LanguageCode.parse(lang),
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
+    try:
+        code, lang, version, opaque, flag, remark, ext = msgpack.unpackb(data, raw=False)
+        if ext is not None and not isinstance(ext, dict):
+            raise ProtocolError("msgpack header extFields is not a map")
+        return RemotingCommand(
+            code=int(code),
+            opaque=int(opaque),
+            flag=int(flag),
+            remark=remark,
+            ext_fields=ext,
+            language=LanguageCode.parse(lang),
+            version=int(version),
+            serialize_type=SerializeType.MSGPACK,
+        )
+    except ProtocolError:
+        raise
+    except Exception as e:  # msgpack raises several unrelated types on garbage
+        raise ProtocolError(f"undecodable msgpack header: {e}") from None
+
+
+_HEADER_DECODERS: dict[int, Callable[[bytes | memoryview], RemotingCommand]] = {
+    SerializeType.JSON: decode_json_header,
+    SerializeType.ROCKETMQ: decode_rocketmq_header,
+    SerializeType.MSGPACK: decode_msgpack_header,
+}
+
+
+def decode_frame(frame: bytes | memoryview) -> RemotingCommand:
+    """Decode one frame *without* its 4-byte total-length prefix."""
+    mv = memoryview(frame)
+    if len(mv) < 4:
+        raise ProtocolError("frame shorter than its header-length field")
+    (word,) = _LEN.unpack_from(mv, 0)
+    stype = word >> 24
+    hlen = word & 0xFFFFFF
+    if hlen > len(mv) - 4:
+        raise ProtocolError(f"header length {hlen} exceeds frame length {len(mv) - 4}")
+    decoder = _HEADER_DECODERS.get(stype)
+    if decoder is None:
+        raise ProtocolError(f"unknown serialize type {stype}")
+    cmd = decoder(mv[4 : 4 + hlen])
+    if len(mv) > 4 + hlen:
+        cmd.body = bytes(mv[4 + hlen :])
+    cmd.frame_size = len(mv) + 4
+    return cmd
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes as they arrive, get complete commands out.
+
+    After a ProtocolError the stream is unusable (framing is lost): close the connection.
+    """
+
+    __slots__ = ("_buf", "_max_frame")
+
+    def __init__(self, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        self._buf = bytearray()
+        self._max_frame = max_frame_size
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        buf = self._buf
+        buf += data
+        out: list[RemotingCommand] = []
+        pos = 0
+        n = len(buf)
+        max_frame = self._max_frame
+        while n - pos >= 4:
+            (length,) = _LEN.unpack_from(buf, pos)
+            if length > max_frame:
+                raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame} byte limit")
+            if length < 4:
+                raise ProtocolError(f"frame length {length} is too small")
+            end = pos + 4 + length
+            if end > n:
+                break
+            out.append(decode_frame(memoryview(buf)[pos + 4 : end]))
+            pos = end
+        if pos:
+            del buf[:pos]
+        return out
+
+    def at_eof(self) -> None:
+        """Call when the peer closed: a partial frame left over is a truncated frame."""
+        if self._buf:
+            n = len(self._buf)
+            self._buf.clear()
+            raise ProtocolError(f"connection closed inside a frame ({n} bytes buffered)")

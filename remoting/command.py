@@ -1,0 +1,98 @@
+"""RemotingCommand: the one message type of the RocketMQ remoting protocol."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType
+
+# RocketMQ 4.9.4's MQVersion.Version.V4_9_4 ordinal; clients only log it.
+DEFAULT_VERSION = 395
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] | None = None
+    body: bytes | bytearray | memoryview | None = None
+    language: LanguageCode = LanguageCode.PYTHON
+    version: int = DEFAULT_VERSION
+    serialize_type: SerializeType = SerializeType.JSON
+    # Set by the decoder: total frame size, for stats only.
+    frame_size: int = field(default=0, compare=False)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RemotingFlag.RPC_TYPE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RemotingFlag.RPC_ONEWAY)
+
+    def mark_response(self) -> None:
+        self.flag |= RemotingFlag.RPC_TYPE
+
+    def mark_oneway(self) -> None:
+        self.flag |= RemotingFlag.RPC_ONEWAY
+
+    def ext(self, key: str, default: str | None = None) -> str | None:
+        if self.ext_fields is None:
+            return default
+        return self.ext_fields.get(key, default)
+
+    def body_bytes(self) -> bytes:
+        b = self.body
+        if b is None:
+            return b""
+        return b if isinstance(b, bytes) else bytes(b)
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | bytearray | memoryview | None = None,
+        *,
+        oneway: bool = False,
+        remark: str | None = None,
+    ) -> RemotingCommand:
+        cmd = cls(code=int(code), ext_fields=ext_fields, body=body, remark=remark)
+        if oneway:
+            cmd.mark_oneway()
+        return cmd
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | bytearray | memoryview | None = None,
+    ) -> RemotingCommand:
+        """A response to this request: same opaque and serialize type, response flag set."""
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=RemotingFlag.RPC_TYPE,
+            remark=remark,
+            ext_fields=ext_fields,
+            body=body,
+            language=LanguageCode.JAVA,
+            serialize_type=self.serialize_type,
+        )
+
+
+class OpaqueGenerator:
+    """Request ids, one sequence per client (RocketMQ uses a process-global AtomicInteger)."""
+
+    __slots__ = ("_counter",)
+
+    def __init__(self, start: int = 0) -> None:
+        self._counter = itertools.count(start)
+
+    def next(self) -> int:
+        # Java's int wraps; keep opaque in signed 32-bit range for binary headers.
+        return next(self._counter) & 0x7FFFFFFF

@@ -1,0 +1,402 @@
+"""The asyncio shell around the sans-I/O codec: one RemotingConnection per TCP connection.
+
+Both ends use the same class: a connection carries requests both ways (the broker calls
+producers back with CHECK_TRANSACTION_STATE and consumers with NOTIFY_CONSUMER_IDS_CHANGED),
+so each has a response-correlation table (opaque -> future) and a RequestDispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from .codec import MAX_FRAME_SIZE, FrameDecoder, encode_parts
+from .codes import RemotingFlag, ResponseCode, code_name
+from .command import OpaqueGenerator, RemotingCommand
+from .errors import (
+    ProtocolError,
+    RemotingConnectionClosedError,
+    RemotingSendRequestError,
+    RemotingTimeoutError,
+    RemotingTooMuchRequestError,
+)
+
+log = structlog.get_logger(__name__)
+
+ProcessorResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+Processor = Callable[["RequestContext", RemotingCommand], ProcessorResult]
+
+# Java's NettyRemotingAbstract wording, which clients may log or match on.
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+
+class RequestContext:
+    """What a processor knows about the request besides the command itself."""
+
+    __slots__ = ("conn", "received_at", "started_at")
+
+    def __init__(self, conn: RemotingConnection, received_at: float) -> None:
+        self.conn = conn
+        self.received_at = received_at
+        self.started_at = received_at
+
+    @property
+    def remote_addr(self) -> str:
+        return self.conn.remote_addr
+
+    def queued_ms(self) -> float:
+        """How long the request waited for a processing slot."""
+        return (self.started_at - self.received_at) * 1000.0
+
+    def send_response(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Answer later (long polling): safe to call after the processor returned None."""
+        if request.is_oneway or self.conn.closed:
+            return
+        _prepare_response(request, response)
+        try:
+            self.conn.send(response)
+        except RemotingSendRequestError:
+            pass
+
+
+def _prepare_response(request: RemotingCommand, response: RemotingCommand) -> None:
+    response.opaque = request.opaque
+    response.flag |= RemotingFlag.RPC_TYPE
+    response.serialize_type = request.serialize_type
+
+
+@dataclass(slots=True)
+class ProcessorGroup:
+    """A concurrency bound shared by a family of request codes, with a bounded waiting line."""
+
+    name: str
+    concurrency: int
+    max_pending: int
+    inflight: int = 0
+    draining: bool = False
+    pending: deque[tuple[RequestContext, RemotingCommand, Processor]] = field(default_factory=deque)
+    rejected: int = 0
+
+
+class RequestDispatcher:
+    """Routes incoming requests to processors registered per code, each within its group's bound."""
+
+    def __init__(self) -> None:
+        self._table: dict[int, tuple[Processor, ProcessorGroup]] = {}
+        self._default: tuple[Processor, ProcessorGroup] | None = None
+        self._groups: dict[str, ProcessorGroup] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.add_group("default", concurrency=64, max_pending=10000)
+
+    def add_group(self, name: str, *, concurrency: int, max_pending: int) -> ProcessorGroup:
+        g = self._groups.get(name)
+        if g is None:
+            g = self._groups[name] = ProcessorGroup(name, concurrency, max_pending)
+        else:
+            g.concurrency, g.max_pending = concurrency, max_pending
+        return g
+
+    def group(self, name: str) -> ProcessorGroup:
+        return self._groups[name]
+
+    def register(self, codes: int | Iterable[int], processor: Processor, *, group: str = "default") -> None:
+        g = self._groups[group]
+        for code in [codes] if isinstance(codes, int) else codes:
+            self._table[int(code)] = (processor, g)
+
+    def register_default(self, processor: Processor, *, group: str = "default") -> None:
+        self._default = (processor, self._groups[group])
+
+    def dispatch(self, conn: RemotingConnection, cmd: RemotingCommand, now: float) -> None:
+        entry = self._table.get(cmd.code) or self._default
+        ctx = RequestContext(conn, now)
+        if entry is None:
+            ctx.send_response(
+                cmd,
+                RemotingCommand(
+                    code=ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    remark=f" request type {cmd.code} not supported",
+                ),
+            )
+            return
+        processor, g = entry
+        if g.inflight < g.concurrency:
+            self._start(ctx, cmd, processor, g)
+        elif len(g.pending) < g.max_pending:
+            g.pending.append((ctx, cmd, processor))
+        else:
+            g.rejected += 1
+            ctx.send_response(cmd, RemotingCommand(code=ResponseCode.SYSTEM_BUSY, remark=OVERLOAD_REMARK))
+
+    def _start(self, ctx: RequestContext, cmd: RemotingCommand, processor: Processor, g: ProcessorGroup) -> None:
+        g.inflight += 1
+        ctx.started_at = time.monotonic()
+        try:
+            result = processor(ctx, cmd)
+        except Exception as e:  # a processor bug must not take the connection down
+            self._failed(ctx, cmd, e)
+            self._release(g)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._run(ctx, cmd, result, g))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._finish(ctx, cmd, result, g)
+
+    async def _run(
+        self,
+        ctx: RequestContext,
+        cmd: RemotingCommand,
+        aw: Awaitable[RemotingCommand | None],
+        g: ProcessorGroup,
+    ) -> None:
+        try:
+            result = await aw
+        except asyncio.CancelledError:
+            self._release(g)
+            raise
+        except Exception as e:
+            self._failed(ctx, cmd, e)
+            self._release(g)
+            return
+        self._finish(ctx, cmd, result, g)
+
+    def _finish(
+        self, ctx: RequestContext, cmd: RemotingCommand, result: RemotingCommand | None, g: ProcessorGroup
+    ) -> None:
+        if result is not None:
+            ctx.send_response(cmd, result)
+        self._release(g)
+
+    def _failed(self, ctx: RequestContext, cmd: RemotingCommand, e: BaseException) -> None:
+        log.warning(
+            "processor_failed",
+            code=code_name(cmd.code, response=False),
+            peer=ctx.remote_addr,
+            error=f"{type(e).__name__}: {e}",
+        )
+        ctx.send_response(cmd, RemotingCommand(code=ResponseCode.SYSTEM_ERROR, remark=f"{type(e).__name__}: {e}"))
+
+    def _release(self, g: ProcessorGroup) -> None:
+        g.inflight -= 1
+        if not g.pending or g.draining:
+            return
+        g.draining = True
+        try:
+            while g.pending and g.inflight < g.concurrency:
+                ctx, cmd, processor = g.pending.popleft()
+                if ctx.conn.closed:
+                    continue
+                self._start(ctx, cmd, processor, g)
+        finally:
+            g.draining = False
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class _Pending:
+    __slots__ = ("future", "code", "started", "timer", "timeout_ms")
+
+    def __init__(self, future: asyncio.Future[RemotingCommand], code: int, started: float, timeout_ms: float):
+        self.future = future
+        self.code = code
+        self.started = started
+        self.timeout_ms = timeout_ms
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class RemotingConnection(asyncio.Protocol):
+    """One TCP connection speaking RemotingCommand frames, in either direction."""
+
+    def __init__(
+        self,
+        dispatcher: RequestDispatcher | None,
+        *,
+        opaque: OpaqueGenerator | None = None,
+        on_close: Callable[[RemotingConnection], None] | None = None,
+        max_frame_size: int = MAX_FRAME_SIZE,
+        max_inflight: int = 65535,
+        role: str = "server",
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: dict[int, _Pending] = {}
+        self._opaque = opaque or OpaqueGenerator()
+        self._on_close = on_close
+        self._max_inflight = max_inflight
+        self._role = role
+        self._loop = asyncio.get_running_loop()
+        self._write_ok = asyncio.Event()
+        self._write_ok.set()
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._flush_scheduled = False
+        self.transport: asyncio.Transport | None = None
+        self.remote_addr = "?"
+        self.local_addr = "?"
+        self.closed = False
+        self.last_active = time.monotonic()
+        self.connected = self._loop.create_future()
+        # Free-form slot for the owner (e.g. the broker's client channel info).
+        self.attachment: Any = None
+
+    # -------------------------------------------------------------- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        self.remote_addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.local_addr = f"{sock[0]}:{sock[1]}" if sock else "?"
+        s = transport.get_extra_info("socket")
+        if s is not None:
+            try:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        if not self.connected.done():
+            self.connected.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self.last_active = now
+        try:
+            cmds = self._decoder.feed(data)
+        except ProtocolError as e:
+            log.warning("bad_frame_closing_connection", peer=self.remote_addr, role=self._role, reason=str(e))
+            self.abort()
+            return
+        for cmd in cmds:
+            if cmd.flag & RemotingFlag.RPC_TYPE:
+                p = self._pending.pop(cmd.opaque, None)
+                if p is None:
+                    log.debug("response_without_request", peer=self.remote_addr, opaque=cmd.opaque)
+                    continue
+                if p.timer is not None:
+                    p.timer.cancel()
+                if not p.future.done():
+                    p.future.set_result(cmd)
+            elif self._dispatcher is not None:
+                self._dispatcher.dispatch(self, cmd, now)
+            else:
+                log.debug("request_ignored_no_dispatcher", peer=self.remote_addr, code=cmd.code)
+
+    def eof_received(self) -> bool | None:
+        try:
+            self._decoder.at_eof()
+        except ProtocolError as e:
+            log.warning("truncated_frame", peer=self.remote_addr, role=self._role, reason=str(e))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._write_ok.set()
+        if not self.connected.done():
+            self.connected.set_exception(
+                RemotingConnectionClosedError(self.remote_addr, reason="connection lost before it was ready")
+            )
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if p.timer is not None:
+                p.timer.cancel()
+            if not p.future.done():
+                p.future.set_exception(RemotingConnectionClosedError(self.remote_addr, p.code))
+        if self._on_close is not None:
+            try:
+                self._on_close(self)
+            except Exception:  # a listener must not break the transport
+                log.exception("close_listener_failed", peer=self.remote_addr)
+
+    def pause_writing(self) -> None:
+        # Backpressure: stop reading requests from a peer that is not reading our answers.
+        self._write_ok.clear()
+        if self.transport is not None and self._role == "server":
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_ok.set()
+        if self.transport is not None and self._role == "server" and not self.closed:
+            self.transport.resume_reading()
+
+    # -------------------------------------------------------------- sending
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        t = self.transport
+        if t is None or self.closed or t.is_closing():
+            raise RemotingSendRequestError(self.remote_addr, "connection is closed")
+        head, body = encode_parts(cmd)
+        # Coalesce frames produced in one loop iteration into one write: with many requests in
+        # flight this turns a syscall per frame into a syscall per batch.
+        out = self._out
+        out.append(head)
+        if body is not None:
+            out.append(body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        t = self.transport
+        if out and t is not None and not t.is_closing():
+            t.writelines(out)
+
+    async def writable(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if not self._write_ok.is_set():
+            await self._write_ok.wait()
+
+    def invoke_future(self, cmd: RemotingCommand, timeout_ms: float) -> asyncio.Future[RemotingCommand]:
+        """Send a request; the future resolves with the response or a typed RemotingError."""
+        if len(self._pending) >= self._max_inflight:
+            raise RemotingTooMuchRequestError(
+                f"{len(self._pending)} requests already in flight to {self.remote_addr}"
+            )
+        cmd.opaque = self._opaque.next()
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        p = _Pending(fut, cmd.code, time.monotonic(), timeout_ms)
+        self._pending[cmd.opaque] = p
+        try:
+            self.send(cmd)
+        except Exception:
+            self._pending.pop(cmd.opaque, None)
+            raise
+        p.timer = self._loop.call_later(timeout_ms / 1000.0, self._expire, cmd.opaque)
+        return fut
+
+    def _expire(self, opaque: int) -> None:
+        p = self._pending.pop(opaque, None)
+        if p is not None and not p.future.done():
+            elapsed = (time.monotonic() - p.started) * 1000.0
+            p.future.set_exception(RemotingTimeoutError(self.remote_addr, p.code, elapsed, p.timeout_ms))
+
+    async def invoke(self, cmd: RemotingCommand, timeout_ms: float) -> RemotingCommand:
+        return await self.invoke_future(cmd, timeout_ms)
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.mark_oneway()
+        cmd.opaque = self._opaque.next()
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()

@@ -1,0 +1,462 @@
+"""Typed custom headers carried in RemotingCommand.extFields.
+
+Real clients send extFields values as strings, numbers or booleans, and add fields we do not
+know (AccessKey, Signature, ...): decoding coerces the first and ignores the second. A missing
+required field raises HeaderError naming it, which servers turn into an error response.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar, get_type_hints
+
+H = TypeVar("H", bound="CommandHeader")
+
+
+class HeaderError(ValueError):
+    """A request header is missing a required field or has a value of the wrong type."""
+
+
+def _to_int(v: Any) -> int:
+    if type(v) is int:
+        return v
+    if isinstance(v, bool):
+        return int(v)
+    return int(v)
+
+
+def _to_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v != 0
+    return str(v).strip().lower() == "true"
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+_COERCERS: dict[Any, Callable[[Any], Any]] = {int: _to_int, bool: _to_bool, str: _to_str}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def wire(name: str) -> dict[str, str]:
+    """Field metadata giving the wire name when camelCase of the attribute is not it."""
+    return {"wire": name}
+
+
+class CommandHeader:
+    """Base for header dataclasses. Subclasses are @header-decorated dataclasses."""
+
+    # (attribute, wire name, coercer, required)
+    _specs: ClassVar[tuple[tuple[str, str, Callable[[Any], Any], bool], ...]] = ()
+
+    @classmethod
+    def decode(cls: type[H], ext: dict[str, Any] | None) -> H:
+        ext = ext or {}
+        kwargs: dict[str, Any] = {}
+        for attr, wname, coerce, required in cls._specs:
+            v = ext.get(wname)
+            if v is None:
+                if required:
+                    raise HeaderError(f"{cls.__name__}: missing required field '{wname}'")
+                continue
+            try:
+                kwargs[attr] = coerce(v)
+            except (TypeError, ValueError):
+                raise HeaderError(f"{cls.__name__}: field '{wname}' has a bad value {v!r}") from None
+        return cls(**kwargs)
+
+    def encode(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for attr, wname, _c, _r in self._specs:
+            v = getattr(self, attr)
+            if v is not None:
+                out[wname] = _to_str(v)
+        return out
+
+
+def header(cls: type[H]) -> type[H]:
+    """Make a dataclass header: fields without a default are required on decode."""
+    dc = dataclasses.dataclass(slots=True)(cls)
+    hints = get_type_hints(dc)
+    specs = []
+    for f in dataclasses.fields(dc):
+        t = hints[f.name]
+        base = next((b for b in (bool, int, str) if t is b or b in getattr(t, "__args__", ())), str)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        specs.append((f.name, f.metadata.get("wire", _camel(f.name)), _COERCERS[base], required))
+    dc._specs = tuple(specs)
+    return dc
+
+
+# ------------------------------------------------------------------ send
+
+
+@header
+class SendMessageRequestHeader(CommandHeader):
+    producer_group: str
+    topic: str
+    default_topic: str = "TBW102"
+    default_topic_queue_nums: int = 4
+    queue_id: int = -1
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    flag: int = 0
+    properties: str | None = None
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    batch: bool = False
+    max_reconsume_times: int | None = None
+
+
+# SEND_MESSAGE_V2 short names (RocketMQ's SendMessageRequestHeaderV2).
+_V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+}
+_V1_TO_V2 = {v: k for k, v in _V2_NAMES.items()}
+
+
+def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeader:
+    ext = ext or {}
+    return SendMessageRequestHeader.decode({_V2_NAMES.get(k, k): v for k, v in ext.items()})
+
+
+def encode_send_header_v2(h: SendMessageRequestHeader) -> dict[str, str]:
+    return {_V1_TO_V2[k]: v for k, v in h.encode().items()}
+
+
+@header
+class SendMessageResponseHeader(CommandHeader):
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    batch_uniq_id: str | None = None
+
+
+@header
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    offset: int
+    group: str
+    delay_level: int = 0
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+
+
+@header
+class EndTransactionRequestHeader(CommandHeader):
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool = False
+    msg_id: str = ""
+    transaction_id: str | None = None
+
+
+@header
+class CheckTransactionStateRequestHeader(CommandHeader):
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+
+# ------------------------------------------------------------------ pull and offsets
+
+
+@header
+class PullMessageRequestHeader(CommandHeader):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int = 0
+    commit_offset: int = 0
+    suspend_timeout_millis: int = 0
+    subscription: str | None = None
+    sub_version: int = 0
+    expression_type: str | None = None
+
+
+@header
+class PullMessageResponseHeader(CommandHeader):
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@header
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str
+    topic: str
+    queue_id: int
+
+
+@header
+class QueryConsumerOffsetResponseHeader(CommandHeader):
+    offset: int
+
+
+@header
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+
+@header
+class TopicQueueRequestHeader(CommandHeader):
+    """GET_MAX_OFFSET / GET_MIN_OFFSET / GET_EARLIEST_MSG_STORETIME share this shape."""
+
+    topic: str
+    queue_id: int
+
+
+@header
+class OffsetResponseHeader(CommandHeader):
+    offset: int
+
+
+@header
+class SearchOffsetRequestHeader(CommandHeader):
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@header
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    timestamp: int
+
+
+@header
+class ViewMessageRequestHeader(CommandHeader):
+    offset: int
+
+
+@header
+class QueryMessageRequestHeader(CommandHeader):
+    topic: str
+    key: str
+    max_num: int = 32
+    begin_timestamp: int = 0
+    end_timestamp: int = 2**63 - 1
+
+
+@header
+class QueryMessageResponseHeader(CommandHeader):
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+# ------------------------------------------------------------------ clients
+
+
+@header
+class UnregisterClientRequestHeader(CommandHeader):
+    client_id: str = dataclasses.field(metadata=wire("clientID"))
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+@header
+class GetConsumerListByGroupRequestHeader(CommandHeader):
+    consumer_group: str
+
+
+@header
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    consumer_group: str
+
+
+@header
+class ResetOffsetRequestHeader(CommandHeader):
+    topic: str
+    group: str
+    timestamp: int
+    is_force: bool = True
+
+
+@header
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    consumer_group: str
+    client_id: str = dataclasses.field(metadata=wire("clientId"))
+    jstack_enable: bool = False
+
+
+# ------------------------------------------------------------------ admin (broker)
+
+
+@header
+class CreateTopicRequestHeader(CommandHeader):
+    topic: str
+    default_topic: str = "TBW102"
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+@header
+class DeleteTopicRequestHeader(CommandHeader):
+    topic: str
+
+
+@header
+class DeleteSubscriptionGroupRequestHeader(CommandHeader):
+    group_name: str
+    clean_offset: bool = False
+
+
+@header
+class GetTopicStatsInfoRequestHeader(CommandHeader):
+    topic: str
+
+
+@header
+class GetConsumerConnectionListRequestHeader(CommandHeader):
+    consumer_group: str
+
+
+@header
+class GetConsumeStatsRequestHeader(CommandHeader):
+    consumer_group: str
+    topic: str | None = None
+
+
+# ------------------------------------------------------------------ namesrv
+
+
+@header
+class RegisterBrokerRequestHeader(CommandHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    compressed: bool = False
+    body_crc32: int = 0
+
+
+@header
+class RegisterBrokerResponseHeader(CommandHeader):
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@header
+class UnRegisterBrokerRequestHeader(CommandHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@header
+class GetRouteInfoRequestHeader(CommandHeader):
+    topic: str
+
+
+@header
+class PutKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+    value: str
+
+
+@header
+class GetKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+
+
+@header
+class GetKVConfigResponseHeader(CommandHeader):
+    value: str | None = None
+
+
+@header
+class DeleteKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+
+
+@header
+class GetKVListByNamespaceRequestHeader(CommandHeader):
+    namespace: str
+
+
+@header
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    topic: str
+    cluster_name: str | None = None
+
+
+@header
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    cluster: str
+
+
+@header
+class QueryDataVersionRequestHeader(CommandHeader):
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@header
+class QueryDataVersionResponseHeader(CommandHeader):
+    changed: bool
+
+
+@header
+class WipeWritePermOfBrokerRequestHeader(CommandHeader):
+    broker_name: str
+
+
+@header
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    wipe_topic_count: int
+
+
+@header
+class AddWritePermOfBrokerRequestHeader(CommandHeader):
+    broker_name: str
+
+
+@header
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    add_topic_count: int
