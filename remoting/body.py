@@ -397,3 +397,9 @@ def decode_register_broker_body(
         "register body has neither topicConfigSerializeWrapper (RegisterBrokerBody) "
         "nor topicConfigTable (TopicConfigSerializeWrapper)"
     )
+
+
+class GroupList(Body):
+    """QUERY_TOPIC_CONSUME_BY_WHO answer: the consumer groups of a topic."""
+
+    group_list: list[str] = Field(default_factory=list)

@@ -460,3 +460,21 @@ class AddWritePermOfBrokerRequestHeader(CommandHeader):
 @header
 class AddWritePermOfBrokerResponseHeader(CommandHeader):
     add_topic_count: int
+
+
+# ------------------------------------------------------------------ admin (broker), added with the broker core
+
+
+@header
+class GetProducerConnectionListRequestHeader(CommandHeader):
+    producer_group: str
+
+
+@header
+class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
+    topic: str
+
+
+@header
+class GetBrokerConfigResponseHeader(CommandHeader):
+    version: str | None = None
