@@ -1,0 +1,75 @@
+"""Python client for RocketMQ 4.x clusters: asyncio first, with a blocking facade in `client.sync`.
+
+    from client import Message, Producer
+
+    async with Producer("my-group", "127.0.0.1:9876") as producer:
+        result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
+
+Layers: `message` (Message, MessageQueue, SendResult), `errors` (one exception hierarchy),
+`config` (ClientConfig), `instance` (the shared MQClientInstance runtime), `mq_client_api` (one
+coroutine per request code), `producer`, `admin`; `sync` wraps them for blocking code.
+"""
+
+from .admin import Admin
+from .config import ClientConfig
+from .errors import (
+    InvalidMessageError,
+    MQBrokerError,
+    MQClientError,
+    NoNameServerError,
+    NoRouteError,
+    NotStartedError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeout,
+    SystemBusyError,
+    TopicNotExistError,
+    error_for_code,
+)
+from .instance import MQClientInstance, MQClientManager, get_client_manager
+from .message import (
+    Message,
+    MessageExt,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+)
+from .producer import (
+    MessageQueueSelector,
+    Producer,
+    SelectMessageQueueByHash,
+    SelectMessageQueueByRandom,
+)
+
+__all__ = [
+    "Admin",
+    "ClientConfig",
+    "InvalidMessageError",
+    "MQBrokerError",
+    "MQClientError",
+    "MQClientInstance",
+    "MQClientManager",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "MessageQueueSelector",
+    "NoNameServerError",
+    "NoRouteError",
+    "NotStartedError",
+    "Producer",
+    "PullResult",
+    "PullStatus",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingTimeout",
+    "SelectMessageQueueByHash",
+    "SelectMessageQueueByRandom",
+    "SendResult",
+    "SendStatus",
+    "SystemBusyError",
+    "TopicNotExistError",
+    "error_for_code",
+    "get_client_manager",
+]

@@ -1,0 +1,90 @@
+"""Producer throughput against real daemons: msgs/s for send (sequential), send_async with many in
+flight, and send_batch(32), 1 KiB bodies. Starts its own NameServer and broker (subprocesses on free
+loopback ports, store in a temp dir) unless -n is given. Not a test: figures vary by machine.
+
+    .venv/bin/python bench/bench_producer.py [--count 5000] [--inflight 256] [--runs 3] [-n ADDR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from client import Admin, Message, Producer  # noqa: E402
+from remoting.log import configure_logging  # noqa: E402
+from remoting.loop import run  # noqa: E402
+
+TOPIC = "BenchProducer"
+
+
+async def bench(addr: str, count: int, inflight: int, runs: int, size: int) -> dict[str, list[float]]:
+    body = b"x" * size
+    results: dict[str, list[float]] = {"send": [], "send_async": [], "send_batch(32)": []}
+    async with Admin(addr) as admin:
+        await admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=8, write_queue_nums=8)
+    async with Producer("bench_producer", addr, max_async_inflight=inflight) as p:
+        for _ in range(200):  # warm up: route, connection, broker's first mapped file
+            await p.send(Message(TOPIC, body))
+        for r in range(runs):
+            t = time.perf_counter()
+            for _ in range(count):
+                await p.send(Message(TOPIC, body))
+            results["send"].append(count / (time.perf_counter() - t))
+
+            t = time.perf_counter()
+            await asyncio.gather(*(p.send_async(Message(TOPIC, body)) for _ in range(count)))
+            results["send_async"].append(count / (time.perf_counter() - t))
+
+            batches = max(1, count // 32)
+            t = time.perf_counter()
+            for _ in range(batches):
+                await p.send_batch([Message(TOPIC, body) for _ in range(32)])
+            results["send_batch(32)"].append(batches * 32 / (time.perf_counter() - t))
+            print(
+                f"run {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in results.items()),
+                flush=True,
+            )
+    return results
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=5000, help="messages per mode per run")
+    ap.add_argument("--inflight", type=int, default=256, help="max_async_inflight for send_async")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--size", type=int, default=1024, help="body bytes")
+    ap.add_argument("-n", "--namesrv", default=None, help="use a running cluster instead of starting one")
+    args = ap.parse_args()
+    configure_logging(level="ERROR")
+    daemons = []
+    addr = args.namesrv
+    if addr is None:
+        from tests.support.daemons import start_broker, start_namesrv
+
+        tmp = Path(tempfile.mkdtemp(prefix="bench-producer-"))
+        ns, addr = start_namesrv(tmp)
+        daemons.append(ns)
+        br, _ = start_broker(tmp, addr, extra={"mappedFileSizeCommitLog": 256 * 1024 * 1024})
+        daemons.append(br)
+    try:
+        res = run(bench(addr, args.count, args.inflight, args.runs, args.size))
+    finally:
+        for d in reversed(daemons):
+            d.terminate()
+    print(
+        f"medians ({args.size} B bodies, {args.count} msgs/run, {args.runs} runs, async in flight {args.inflight}):"
+    )
+    for k, v in res.items():
+        print(f"  {k:<16} {statistics.median(v):>10,.0f} msg/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""What the producer sends and what it gets back: Message, MessageQueue, SendStatus, SendResult.
+
+`Message` keeps RocketMQ's model: every attribute the broker cares about (tags, keys, delay level,
+the client-side unique id) lives in the `properties` map that travels with the message, so the
+wire encoding is one join over that map. `tags`, `keys` and `delay_level` are views onto it.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from remoting.message import (
+    MAX_PROPERTIES_LENGTH,
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    decode_messages,
+    encode_properties,
+)
+
+__all__ = [
+    "Message",
+    "MessageConst",
+    "MessageExt",
+    "MessageQueue",
+    "MessageSysFlag",
+    "PullResult",
+    "PullStatus",
+    "SendResult",
+    "SendStatus",
+    "decode_messages",
+    "encode_message",
+    "encode_messages",
+]
+
+_KEYS = MessageConst.PROPERTY_KEYS
+_TAGS = MessageConst.PROPERTY_TAGS
+_DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+_WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
+_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+
+
+def _join_keys(keys: str | Iterable[str] | None) -> str | None:
+    if keys is None:
+        return None
+    if isinstance(keys, str):
+        return keys or None
+    joined = MessageConst.KEY_SEPARATOR.join(str(k) for k in keys if k)
+    return joined or None
+
+
+class Message:
+    """A message to send.
+
+    >>> m = Message("TopicTest", b"hello", tags="TagA", keys=["order-1", "user-7"])
+    >>> m.properties["KEYS"]
+    'order-1 user-7'
+
+    `body` may be bytes-like or str (encoded as UTF-8). `keys` is one key or a list of keys
+    (joined with spaces in the KEYS property, which the broker indexes for queryMsgByKey).
+    `properties` are user properties; names RocketMQ reserves (MessageConst.STRING_HASH_SET) are
+    accepted here as-is (they are how system attributes travel), but `put_user_property` refuses
+    them. `delay_level` 1..18 asks the broker to deliver later (messageDelayLevel on the broker:
+    1s 5s 10s 30s 1m 2m ...). `flag` is RocketMQ's opaque user int, stored with the message.
+    """
+
+    __slots__ = ("topic", "body", "flag", "properties", "transaction_id")
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview | str,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        delay_level: int = 0,
+        *,
+        flag: int = 0,
+        wait_store_msg_ok: bool = True,
+    ) -> None:
+        self.topic = topic
+        self.body = body.encode("utf-8") if isinstance(body, str) else body
+        self.flag = flag
+        self.transaction_id: str | None = None
+        props: dict[str, str] = {}
+        if properties:
+            for k, v in properties.items():
+                if v is not None:
+                    props[str(k)] = str(v)
+        self.properties = props
+        if tags:
+            props[_TAGS] = tags
+        joined = _join_keys(keys)
+        if joined:
+            props[_KEYS] = joined
+        if delay_level:
+            props[_DELAY] = str(int(delay_level))
+        if _WAIT not in props:
+            props[_WAIT] = "true" if wait_store_msg_ok else "false"
+
+    # ------------------------------------------------------------------ views on properties
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(_TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        self._set(_TAGS, value or None)
+
+    @property
+    def keys(self) -> str | None:
+        """The KEYS property: keys separated by single spaces."""
+        return self.properties.get(_KEYS)
+
+    @keys.setter
+    def keys(self, value: str | Iterable[str] | None) -> None:
+        self._set(_KEYS, _join_keys(value))
+
+    @property
+    def keys_list(self) -> list[str]:
+        k = self.properties.get(_KEYS)
+        return [x for x in k.split(MessageConst.KEY_SEPARATOR) if x] if k else []
+
+    @property
+    def delay_level(self) -> int:
+        v = self.properties.get(_DELAY)
+        return int(v) if v else 0
+
+    @delay_level.setter
+    def delay_level(self, level: int) -> None:
+        self._set(_DELAY, str(int(level)) if level else None)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        return self.properties.get(_WAIT, "true") != "false"
+
+    @wait_store_msg_ok.setter
+    def wait_store_msg_ok(self, value: bool) -> None:
+        self.properties[_WAIT] = "true" if value else "false"
+
+    @property
+    def uniq_id(self) -> str | None:
+        """The client-side unique id (UNIQ_KEY), set by the producer when it first sends this message."""
+        return self.properties.get(_UNIQ)
+
+    def get_property(self, name: str, default: str | None = None) -> str | None:
+        return self.properties.get(name, default)
+
+    def put_property(self, name: str, value: str) -> None:
+        self.properties[name] = value
+
+    def remove_property(self, name: str) -> None:
+        self.properties.pop(name, None)
+
+    def put_user_property(self, name: str, value: str) -> None:
+        """Set a user property, refusing the names RocketMQ reserves for itself (like Java)."""
+        if name in MessageConst.STRING_HASH_SET:
+            raise ValueError(f"the property {name!r} is used by the system, choose another name")
+        if not name or not value:
+            raise ValueError("user property name and value must be non-empty")
+        self.properties[name] = value
+
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in MessageConst.STRING_HASH_SET}
+
+    def _set(self, key: str, value: str | None) -> None:
+        if value is None:
+            self.properties.pop(key, None)
+        else:
+            self.properties[key] = value
+
+    def __repr__(self) -> str:
+        size = len(self.body) if self.body is not None else 0
+        return f"Message(topic={self.topic!r}, body=<{size} bytes>, properties={self.properties!r}, flag={self.flag})"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker. Ordered like Java's: topic, broker name, queue id."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+    def to_body(self) -> dict[str, object]:
+        return {"topic": self.topic, "brokerName": self.broker_name, "queueId": self.queue_id}
+
+
+class SendStatus(enum.Enum):
+    """How the broker stored the message (anything but SEND_OK means stored, but not as safely as asked)."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(slots=True)
+class SendResult:
+    """The broker's answer to a send.
+
+    `msg_id` is the client-side unique id (UNIQ_KEY; for a batch, the ids joined with commas),
+    `offset_msg_id` the broker's id (store host + CommitLog offset; what VIEW_MESSAGE_BY_ID takes),
+    `queue`/`queue_offset` where the message landed.
+    """
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    @property
+    def send_status(self) -> SendStatus:
+        return self.status
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return self.queue
+
+
+class PullStatus(enum.Enum):
+    """Outcome of a PULL_MESSAGE (Java's PullStatus)."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(slots=True)
+class PullResult:
+    """What one pull returned: messages (bodies decompressed) and the offsets to continue from."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt]
+    suggest_which_broker_id: int = 0
+
+    @property
+    def pull_status(self) -> PullStatus:
+        return self.status
+
+    @property
+    def msg_found_list(self) -> list[MessageExt]:
+        return self.messages
+
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE(0), BODYCRC(0), FLAG, BODY length
+_I16 = struct.Struct(">h")
+
+
+def encode_message(msg: Message) -> bytes:
+    """One message of a batch body, Java's MessageDecoder.encodeMessage: flag, body and properties only."""
+    body = msg.body
+    props = encode_properties(msg.properties).encode("utf-8")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(
+            f"properties of a message are {len(props)} bytes, over the {MAX_PROPERTIES_LENGTH} limit"
+        )
+    total = 20 + len(body) + 2 + len(props)
+    return b"".join(
+        (_BATCH_HEAD.pack(total, 0, 0, msg.flag, len(body)), bytes(body), _I16.pack(len(props)), props)
+    )
+
+
+def encode_messages(msgs: Sequence[Message]) -> bytes:
+    """A SEND_BATCH_MESSAGE body: the messages' encodings back to back (MessageDecoder.encodeMessages)."""
+    return b"".join(encode_message(m) for m in msgs)

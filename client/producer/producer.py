@@ -1,0 +1,734 @@
+"""Producer: RocketMQ's DefaultMQProducer on asyncio.
+
+    async with Producer("my-group", "127.0.0.1:9876") as p:
+        r = await p.send(Message("TopicTest", b"hello", tags="TagA"))
+        futs = [p.send_async(Message("TopicTest", b"x")) for _ in range(1000)]   # pipelined
+        await asyncio.gather(*futs)
+
+Send algorithm (DefaultMQProducerImpl.sendDefaultImpl): the topic's publish info comes from the
+client instance's route cache (one NameServer lookup per topic, then refreshed in the
+background); each attempt picks a queue with MQFaultStrategy (round robin skipping the broker
+that just failed, or latency fault tolerance), and `send_msg_timeout` is ONE budget shared by all
+attempts. Transport errors and the retryable response codes are retried (up to
+`retry_times_when_send_failed` more times for send(), `retry_times_when_send_async_failed` for
+send_async()); SYSTEM_BUSY is backed off briefly first. Oneway and orderly sends are never
+retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import inspect
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import structlog
+
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError, RemotingTimeoutError
+from remoting.headers import CheckTransactionStateRequestHeader
+from remoting.message import MessageConst, MessageExt, MessageSysFlag, encode_properties
+
+from ..config import ClientConfig
+from ..errors import InvalidMessageError, MQBrokerError, MQClientError, NotStartedError, annotate
+from ..instance import MQClientInstance, get_client_manager
+from ..message import Message, MessageQueue, SendResult, SendStatus, encode_messages
+from ..msg_id import create_uniq_id
+from ..route import TopicPublishInfo
+from ..validators import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DEFAULT_PRODUCER_GROUP,
+    RETRY_GROUP_TOPIC_PREFIX,
+    check_group,
+    check_message,
+)
+from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION, MQFaultStrategy
+from .selector import MessageQueueSelector, SelectorFunction, as_selector
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["CommunicationMode", "DEFAULT_RETRY_RESPONSE_CODES", "Producer", "SendCallback"]
+
+SendCallback = Callable[[SendResult | None, BaseException | None], Any]
+
+# DefaultMQProducer.retryResponseCodes (4.9.x) plus SYSTEM_BUSY and GO_AWAY (as 5.x retries them).
+DEFAULT_RETRY_RESPONSE_CODES: frozenset[int] = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.GO_AWAY,
+    }
+)
+
+_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_TRAN = MessageConst.PROPERTY_TRANSACTION_PREPARED
+_RECONSUME = MessageConst.PROPERTY_RECONSUME_TIME
+_MAX_RECONSUME = MessageConst.PROPERTY_MAX_RECONSUME_TIMES
+_OFFLOAD_COMPRESS_OVER = 256 * 1024  # compress bigger bodies in a worker thread
+
+
+class CommunicationMode(enum.Enum):
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    ONEWAY = "ONEWAY"
+
+
+class _State(enum.Enum):
+    CREATE_JUST = 0
+    RUNNING = 1
+    SHUTDOWN = 2
+
+
+class _Prepared:
+    """A validated message in wire form: what every attempt re-sends."""
+
+    __slots__ = (
+        "topic",
+        "body",
+        "sys_flag",
+        "flag",
+        "properties",
+        "uniq_id",
+        "batch",
+        "reconsume_times",
+        "max_reconsume",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes | bytearray | memoryview,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        uniq_id: str,
+        batch: bool = False,
+        reconsume_times: int = 0,
+        max_reconsume: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.sys_flag = sys_flag
+        self.flag = flag
+        self.properties = properties
+        self.uniq_id = uniq_id
+        self.batch = batch
+        self.reconsume_times = reconsume_times
+        self.max_reconsume = max_reconsume
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class _InflightLimiter:
+    """At most `limit` holders; FIFO waiters; O(1) acquire/release (asyncio.Semaphore scans its waiters)."""
+
+    __slots__ = ("limit", "active", "_waiters")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def acquire(self) -> None:
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release()  # the slot was handed over just before the cancel: pass it on
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # hand the slot over directly
+                return
+        self.active -= 1
+
+
+class Producer:
+    """Sends messages to a RocketMQ cluster. Defaults are DefaultMQProducer's.
+
+    Args:
+        group: producer group (brokers use it for transaction checks and connection listings).
+        namesrv_addr: 'ip:port;ip:port'; $NAMESRV_ADDR when omitted.
+        send_msg_timeout: ms, one budget for all attempts of a send.
+        retry_times_when_send_failed: extra attempts of send() (so 3 attempts by default).
+        retry_times_when_send_async_failed: extra attempts of send_async().
+        retry_another_broker_when_not_store_ok: retry send() when the status is not SEND_OK.
+        compress_msg_body_over_howmuch: bodies of at least this many bytes are zlib-compressed
+            (sysFlag COMPRESSED); batches are never compressed.
+        compress_level: zlib level (RocketMQ uses 5).
+        max_message_size: client-side limit of a body (and of a whole batch body), bytes.
+        send_latency_fault_enable: avoid slow/failed brokers for a while (MQFaultStrategy).
+        latency_max / not_available_duration: the fault tolerance tables, ms.
+        default_topic_queue_nums / create_topic_key: how a missing topic is auto-created.
+        retry_response_codes: broker codes that are retried (see DEFAULT_RETRY_RESPONSE_CODES).
+        system_busy_backoff: ms to wait before retrying after SYSTEM_BUSY (grows per attempt).
+        send_smart_msg: use SEND_MESSAGE_V2 (short header names); False sends SEND_MESSAGE.
+        max_async_inflight: at most this many send_async()/send_batch_async() calls of this
+            producer are on the wire at once; later ones wait their turn (so a burst of futures
+            does not overrun the broker's send queue into SYSTEM_BUSY).
+        client_config: shared client runtime settings (instance name, intervals, ...).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | None = None,
+        *,
+        send_msg_timeout: int = 3000,
+        retry_times_when_send_failed: int = 2,
+        retry_times_when_send_async_failed: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        compress_msg_body_over_howmuch: int = 4096,
+        compress_level: int = 5,
+        max_message_size: int = 4 * 1024 * 1024,
+        send_latency_fault_enable: bool = False,
+        latency_max: Sequence[int] = LATENCY_MAX,
+        not_available_duration: Sequence[int] = NOT_AVAILABLE_DURATION,
+        default_topic_queue_nums: int = 4,
+        create_topic_key: str = AUTO_CREATE_TOPIC_KEY_TOPIC,
+        retry_response_codes: Iterable[int] = DEFAULT_RETRY_RESPONSE_CODES,
+        system_busy_backoff: int = 100,
+        send_smart_msg: bool = True,
+        max_async_inflight: int = 1024,
+        instance_name: str | None = None,
+        client_config: ClientConfig | None = None,
+    ) -> None:
+        self._group = group
+        cfg = client_config.model_copy() if client_config is not None else ClientConfig()
+        if namesrv_addr is not None:
+            cfg.namesrv_addr = namesrv_addr
+        if instance_name is not None:
+            cfg.instance_name = instance_name
+        self.client_config = cfg
+        if send_msg_timeout <= 0:
+            raise MQClientError("send_msg_timeout must be > 0")
+        if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
+            raise MQClientError("retry times must be >= 0")
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.create_topic_key = create_topic_key
+        self.retry_response_codes = frozenset(int(c) for c in retry_response_codes)
+        self.system_busy_backoff = system_busy_backoff
+        self.send_smart_msg = send_smart_msg
+        if max_async_inflight <= 0:
+            raise MQClientError("max_async_inflight must be > 0")
+        self.max_async_inflight = max_async_inflight
+        self._async_permits = _InflightLimiter(max_async_inflight)
+        self.fault_strategy = MQFaultStrategy(
+            send_latency_fault_enable, tuple(latency_max), tuple(not_available_duration)
+        )
+        self._instance: MQClientInstance | None = None
+        self._state = _State.CREATE_JUST
+        self._start_lock: asyncio.Lock | None = None
+        self._inflight: set[asyncio.Future[Any]] = set()
+        self._header_base: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def producer_group(self) -> str:
+        return self._group
+
+    @property
+    def send_latency_fault_enable(self) -> bool:
+        return self.fault_strategy.send_latency_fault_enable
+
+    @send_latency_fault_enable.setter
+    def send_latency_fault_enable(self, value: bool) -> None:
+        self.fault_strategy.send_latency_fault_enable = value
+
+    @property
+    def instance(self) -> MQClientInstance:
+        if self._instance is None or self._state is not _State.RUNNING:
+            raise NotStartedError(f"producer {self._group} is not running: call start() first")
+        return self._instance
+
+    @property
+    def running(self) -> bool:
+        return self._state is _State.RUNNING
+
+    async def start(self) -> None:
+        """Join (or create) the process's client instance and register the group. Idempotent."""
+        if self._state is _State.RUNNING:
+            return
+        if self._state is _State.SHUTDOWN:
+            raise NotStartedError(f"producer {self._group} was shut down; create a new one")
+        check_group(self._group, "producer group")
+        if self._group == DEFAULT_PRODUCER_GROUP:
+            raise MQClientError(
+                f"producer group can not equal {DEFAULT_PRODUCER_GROUP}, please specify another one"
+            )
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._state is _State.RUNNING:
+                return
+            inst = await get_client_manager().acquire(self.client_config)
+            self._instance = inst
+            self._header_base = {
+                "a": self._group,
+                "c": self.create_topic_key,
+                "d": str(self.default_topic_queue_nums),
+                "j": "0",
+                "k": "true" if self.client_config.unit_mode else "false",
+            }
+            inst.register_producer(self._group, self)
+            self._state = _State.RUNNING
+            log.info("producer_started", group=self._group, client_id=inst.client_id)
+
+    async def shutdown(self) -> None:
+        """Wait (bounded) for in-flight async sends, unregister from brokers, release the client instance."""
+        if self._state is not _State.RUNNING:
+            self._state = _State.SHUTDOWN
+            return
+        self._state = _State.SHUTDOWN
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=self.send_msg_timeout / 1000.0 + 1.0)
+        inst = self._instance
+        self._instance = None
+        if inst is not None:
+            try:
+                await inst.unregister_producer(self._group, self)
+            finally:
+                await get_client_manager().release(inst)
+        log.info("producer_shutdown", group=self._group)
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def _running_instance(self) -> MQClientInstance:
+        inst = self._instance
+        if inst is None or self._state is not _State.RUNNING:
+            raise NotStartedError(f"producer {self._group} is not running: call start() first")
+        return inst
+
+    # ------------------------------------------------------------------ MQProducerInner
+    def check_transaction_state(
+        self, broker_addr: str, msg: MessageExt, header: CheckTransactionStateRequestHeader
+    ) -> Any:
+        """A plain producer has no transaction listener: TransactionProducer overrides this."""
+        log.warning(
+            "check_transaction_state_ignored",
+            group=self._group,
+            broker=broker_addr,
+            msg_id=msg.uniq_key,
+            reason="not a transaction producer",
+        )
+        return None
+
+    # ------------------------------------------------------------------ public send API
+    async def send(
+        self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send and wait for the broker's answer. With `queue`, send to that queue (one attempt)."""
+        prepared = await self._prepare(msg)
+        result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
+        assert result is not None
+        return result
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """Start a send and return its future at once; many in flight share one connection per broker.
+
+        `callback(result, exc)` runs on the event loop when it completes (exactly one of the two is
+        None); errors raised by the callback are logged. Must be called with a running loop.
+        """
+        fut: asyncio.Future[SendResult] = asyncio.ensure_future(self._send_async_impl(msg, queue, timeout))
+        self._track(fut)
+        if callback is not None:
+            fut.add_done_callback(lambda f: _run_callback(callback, f))
+        return fut
+
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        self._inflight.add(fut)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            self._inflight.discard(f)
+            if not f.cancelled():
+                f.exception()  # the caller may drop the future; the failure was logged per attempt
+
+        fut.add_done_callback(done)
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Write the message and return without waiting for the broker (no result, no retry)."""
+        prepared = await self._prepare(msg)
+        await self._send_default(prepared, CommunicationMode.ONEWAY, None, queue)
+
+    async def send_batch(
+        self, msgs: Iterable[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send several messages of one topic as ONE SEND_BATCH_MESSAGE (one queue, consecutive offsets).
+
+        Rules (as RocketMQ): same topic, same wait-store flag, no delay level, no retry topic; the
+        encoded batch must fit in max_message_size. `msg_id` of the result is the messages' ids
+        joined with commas, `queue_offset` the offset of the first.
+        """
+        prepared = self._prepare_batch(list(msgs))
+        result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
+        assert result is not None
+        return result
+
+    def send_batch_async(
+        self,
+        msgs: Iterable[Message],
+        callback: SendCallback | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[SendResult]:
+        """send_batch without waiting; like send_async."""
+        batch = list(msgs)
+
+        async def run() -> SendResult:
+            permits = self._async_permits
+            await permits.acquire()
+            try:
+                prepared = self._prepare_batch(batch)
+                result = await self._send_default(prepared, CommunicationMode.ASYNC, timeout, queue)
+            finally:
+                permits.release()
+            assert result is not None
+            return result
+
+        fut: asyncio.Future[SendResult] = asyncio.ensure_future(run())
+        self._track(fut)
+        if callback is not None:
+            fut.add_done_callback(lambda f: _run_callback(callback, f))
+        return fut
+
+    async def send_orderly(
+        self,
+        msg: Message,
+        sharding_key: Any,
+        selector: MessageQueueSelector | SelectorFunction | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send to the queue the selector picks for `sharding_key` (Java-compatible hash by default).
+
+        Messages with one key go to one queue, so they are stored and consumed in send order.
+        Never retried (a retry to another queue would break the order).
+        """
+        prepared = await self._prepare(msg)
+        inst = self._running_instance()
+        budget = float(timeout if timeout is not None else self.send_msg_timeout)
+        begin = _now_ms()
+        info = inst.get_publish_info(prepared.topic) or await self._find_publish_info(prepared.topic)
+        sel = as_selector(selector)
+        queues = list(info.message_queues)
+        try:
+            mq = sel.select(queues, msg, sharding_key)
+        except Exception as e:
+            raise MQClientError(f"select message queue threw exception: {type(e).__name__}: {e}") from e
+        if not isinstance(mq, MessageQueue):
+            raise MQClientError(f"select message queue returned {mq!r}, not a MessageQueue")
+        cost = _now_ms() - begin
+        if cost >= budget:
+            raise _budget_timeout(prepared.topic, cost, budget)
+        t0 = _now_ms()
+        try:
+            result = await self._send_kernel(prepared, mq, CommunicationMode.SYNC, budget - cost)
+        except (RemotingError, MQBrokerError, MQClientError) as e:
+            self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, True)
+            raise annotate(e, topic=prepared.topic, brokers=[mq.broker_name], attempts=1) from None
+        self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, False)
+        assert result is not None
+        return result
+
+    async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to `topic` may use (looks the route up if needed)."""
+        self._running_instance()
+        info = await self._find_publish_info(topic)
+        return list(info.message_queues)
+
+    # ------------------------------------------------------------------ preparation
+    async def _prepare(self, msg: Message) -> _Prepared:
+        self._running_instance()
+        check_message(msg, self.max_message_size)
+        props = msg.properties
+        uniq = props.get(_UNIQ)
+        if uniq is None:
+            uniq = create_uniq_id()
+            props[_UNIQ] = uniq
+        body = msg.body
+        sys_flag = 0
+        if len(body) >= self.compress_msg_body_over_howmuch:
+            if len(body) > _OFFLOAD_COMPRESS_OVER:
+                data = await asyncio.to_thread(zlib.compress, body, self.compress_level)
+            else:
+                data = zlib.compress(body, self.compress_level)
+            if len(data) < len(body):
+                body = data
+                sys_flag |= MessageSysFlag.COMPRESSED_FLAG
+        if props.get(_TRAN) == "true":
+            sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
+        reconsume, max_reconsume = 0, None
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            rt = props.pop(_RECONSUME, None)
+            if rt is not None:
+                reconsume = int(rt)
+            mrt = props.pop(_MAX_RECONSUME, None)
+            if mrt is not None:
+                max_reconsume = int(mrt)
+        return _Prepared(
+            msg.topic,
+            body,
+            sys_flag,
+            msg.flag,
+            encode_properties(props),
+            uniq,
+            False,
+            reconsume,
+            max_reconsume,
+        )
+
+    def _prepare_batch(self, msgs: list[Message]) -> _Prepared:
+        self._running_instance()
+        if not msgs:
+            raise InvalidMessageError("a batch needs at least one message")
+        first = msgs[0]
+        for m in msgs:
+            check_message(m, self.max_message_size)
+            if m.delay_level > 0:
+                raise InvalidMessageError("TimeDelayLevel is not supported for batching")
+            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                raise InvalidMessageError("Retry Group is not supported for batching")
+            if m.topic != first.topic:
+                raise InvalidMessageError(
+                    f"The topic of the messages in one batch should be the same: {first.topic!r} != {m.topic!r}"
+                )
+            if m.wait_store_msg_ok != first.wait_store_msg_ok:
+                raise InvalidMessageError(
+                    "The waitStoreMsgOK of the messages in one batch should be the same"
+                )
+        ids = []
+        for m in msgs:
+            uniq = m.properties.get(_UNIQ)
+            if uniq is None:
+                uniq = create_uniq_id()
+                m.properties[_UNIQ] = uniq
+            ids.append(uniq)
+        body = encode_messages(msgs)
+        if len(body) > self.max_message_size:
+            raise InvalidMessageError(
+                f"the batch of {len(msgs)} messages encodes to {len(body)} bytes, over maxMessageSize "
+                f"{self.max_message_size}: split it into smaller batches (topic {first.topic})"
+            )
+        props = encode_properties(
+            {MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true" if first.wait_store_msg_ok else "false"}
+        )
+        return _Prepared(first.topic, body, 0, 0, props, ",".join(ids), batch=True)
+
+    # ------------------------------------------------------------------ the send loop
+    async def _find_publish_info(self, topic: str) -> TopicPublishInfo:
+        return await self._running_instance().find_topic_publish_info(
+            topic,
+            create_topic_key=self.create_topic_key,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+        )
+
+    async def _send_async_impl(
+        self, msg: Message, queue: MessageQueue | None, timeout: float | None
+    ) -> SendResult:
+        permits = self._async_permits
+        await permits.acquire()
+        try:
+            prepared = await self._prepare(msg)
+            result = await self._send_default(prepared, CommunicationMode.ASYNC, timeout, queue)
+        finally:
+            permits.release()
+        assert result is not None
+        return result
+
+    async def _send_default(
+        self,
+        prepared: _Prepared,
+        mode: CommunicationMode,
+        timeout: float | None,
+        queue: MessageQueue | None,
+    ) -> SendResult | None:
+        inst = self._running_instance()
+        budget = float(timeout if timeout is not None else self.send_msg_timeout)
+        begin = _now_ms()
+        topic = prepared.topic
+        if queue is not None:
+            if queue.topic != topic:
+                raise InvalidMessageError(
+                    f"message topic {topic!r} does not match the queue's topic {queue.topic!r}"
+                )
+            info = None
+            times_total = 1
+        else:
+            info = inst.get_publish_info(topic) or await self._find_publish_info(topic)
+            if mode is CommunicationMode.SYNC:
+                times_total = 1 + self.retry_times_when_send_failed
+            elif mode is CommunicationMode.ASYNC:
+                times_total = 1 + self.retry_times_when_send_async_failed
+            else:
+                times_total = 1
+        brokers_sent: list[str] = []
+        last_exc: BaseException | None = None
+        last_result: SendResult | None = None
+        last_broker: str | None = None
+        for attempt in range(times_total):
+            if info is None:
+                assert queue is not None
+                mq = queue
+            else:
+                mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            cost = _now_ms() - begin
+            if cost >= budget:
+                break
+            brokers_sent.append(mq.broker_name)
+            last_broker = mq.broker_name
+            t0 = _now_ms()
+            try:
+                result = await self._send_kernel(prepared, mq, mode, budget - cost)
+            except (RemotingError, MQClientError) as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, True)
+                log.warning(
+                    "send_attempt_failed",
+                    topic=topic,
+                    broker=mq.broker_name,
+                    attempt=attempt + 1,
+                    error=f"{type(e).__name__}: {e}",
+                )
+                last_exc = e
+                if isinstance(e, InvalidMessageError):
+                    break
+                continue
+            except MQBrokerError as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, True)
+                last_exc = e
+                if e.code not in self.retry_response_codes or attempt + 1 >= times_total:
+                    break
+                # Busy brokers are routine under load: keep them out of the warning log.
+                (log.debug if e.code == ResponseCode.SYSTEM_BUSY else log.warning)(
+                    "send_attempt_failed",
+                    topic=topic,
+                    broker=mq.broker_name,
+                    attempt=attempt + 1,
+                    code=e.code,
+                    remark=e.remark,
+                )
+                if e.code == ResponseCode.SYSTEM_BUSY:
+                    left = budget - (_now_ms() - begin)
+                    pause = min(self.system_busy_backoff * (attempt + 1), left - 1.0)
+                    if pause > 0:
+                        await asyncio.sleep(pause / 1000.0)
+                continue
+            self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, False)
+            if result is None:  # oneway
+                return None
+            if result.status is not SendStatus.SEND_OK and self.retry_another_broker_when_not_store_ok:
+                last_result = result
+                continue
+            return result
+        if last_result is not None:
+            return last_result
+        attempts = len(brokers_sent)
+        if last_exc is None:
+            raise annotate(_budget_timeout(topic, _now_ms() - begin, budget), attempts=attempts)
+        cost = _now_ms() - begin
+        if cost >= budget and not isinstance(last_exc, RemotingTimeoutError | MQBrokerError):
+            # The budget ran out between attempts: say so, keeping the last cause.
+            raise annotate(
+                _budget_timeout(topic, cost, budget), brokers=brokers_sent, attempts=attempts
+            ) from last_exc
+        raise annotate(last_exc, topic=topic, brokers=brokers_sent, attempts=attempts) from None
+
+    async def _send_kernel(
+        self, prepared: _Prepared, mq: MessageQueue, mode: CommunicationMode, timeout_ms: float
+    ) -> SendResult | None:
+        inst = self._running_instance()
+        addr = inst.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            await self._find_publish_info(mq.topic)
+            addr = inst.find_broker_address_in_publish(mq.broker_name)
+            if addr is None:
+                raise MQClientError(f"The broker[{mq.broker_name}] not exist (topic {mq.topic})")
+        ext = self._header_base.copy()
+        ext["b"] = prepared.topic
+        ext["e"] = str(mq.queue_id)
+        ext["f"] = str(prepared.sys_flag)
+        ext["g"] = str(time.time_ns() // 1_000_000)
+        ext["h"] = str(prepared.flag)
+        ext["i"] = prepared.properties
+        ext["m"] = "true" if prepared.batch else "false"
+        if prepared.reconsume_times:
+            ext["j"] = str(prepared.reconsume_times)
+        if prepared.max_reconsume is not None:
+            ext["l"] = str(prepared.max_reconsume)
+        if prepared.batch:
+            cmd = RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=prepared.body)
+        elif self.send_smart_msg:
+            cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=prepared.body)
+        else:
+            from ..mq_client_api import send_header_v1
+
+            cmd = RemotingCommand(
+                code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body
+            )
+        if mode is CommunicationMode.ONEWAY:
+            cmd.mark_oneway()
+            await inst.api.send_message_oneway(addr, cmd)
+            return None
+        return await inst.api.send_message(addr, mq.broker_name, mq.topic, prepared.uniq_id, cmd, timeout_ms)
+
+
+def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutError:
+    return RemotingTimeoutError(f"topic {topic} (send budget)", RequestCode.SEND_MESSAGE_V2, cost, budget)
+
+
+def _run_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) -> None:
+    if fut.cancelled():
+        result, exc = None, asyncio.CancelledError()
+    else:
+        exc = fut.exception()
+        result = None if exc is not None else fut.result()
+    try:
+        ret = callback(result, exc)
+        if inspect.isawaitable(ret):
+            asyncio.ensure_future(ret)
+    except Exception as e:
+        log.warning("send_callback_failed", error=f"{type(e).__name__}: {e}")

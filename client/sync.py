@@ -1,0 +1,240 @@
+"""Blocking facade: the same Producer and Admin for code that does not run an event loop.
+
+    from client.sync import Producer, Admin
+    from client import Message
+
+    with Producer("my-group", "127.0.0.1:9876") as p:
+        print(p.send(Message("TopicTest", b"hello")).msg_id)
+
+Every object here drives the asyncio implementation on ONE background event-loop thread per
+process (uvloop; started lazily; a daemon thread), so any number of threads (Spark executor task
+threads, web workers) may call them at once: each call blocks only its caller. Calling these from
+that loop's own thread (e.g. from a send callback) would deadlock and raises RuntimeError instead:
+use the async API there. After os.fork() the child gets a fresh loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import functools
+import inspect
+import os
+import threading
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+from remoting.loop import new_event_loop
+
+from . import admin as _admin
+from .instance import get_client_manager
+from .message import Message, MessageQueue, SendResult
+from .producer import producer as _producer
+from .producer.selector import MessageQueueSelector, SelectorFunction
+
+T = TypeVar("T")
+
+__all__ = ["Admin", "LoopThread", "Producer", "get_loop_thread", "run"]
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str = "rocketmq-client-loop") -> None:
+        self.loop = new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+        self._ready.wait(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._ready.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if self.in_loop_thread():
+            coro.close()
+            raise RuntimeError(
+                "blocking client call made from the client's own event-loop thread (e.g. inside a callback): "
+                "use the async API there"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        fut = self.submit(coro)
+        try:
+            return fut.result(timeout)
+        except BaseException:
+            fut.cancel()
+            raise
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if not self.in_loop_thread():
+            self.thread.join(timeout)
+
+
+_lock = threading.Lock()
+_runner: LoopThread | None = None
+_runner_pid = -1
+
+
+def get_loop_thread() -> LoopThread:
+    """The process's client loop thread, started on first use (and again in a forked child)."""
+    global _runner, _runner_pid
+    r = _runner
+    if r is not None and _runner_pid == os.getpid() and r.thread.is_alive():
+        return r
+    with _lock:
+        if _runner is None or _runner_pid != os.getpid() or not _runner.thread.is_alive():
+            _runner = LoopThread()
+            _runner_pid = os.getpid()
+        return _runner
+
+
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    """Run a coroutine on the client loop thread and block for its result."""
+    return get_loop_thread().run(coro, timeout)
+
+
+async def _shutdown_all() -> None:
+    mgr = get_client_manager()
+    for inst in mgr.instances():
+        if inst.loop is asyncio.get_running_loop():
+            await inst.shutdown()
+
+
+@atexit.register
+def _at_exit() -> None:
+    # Clients left running in blocking code still unregister from the brokers at exit (bounded).
+    r = _runner
+    if r is None or _runner_pid != os.getpid() or not r.thread.is_alive():
+        return
+    try:
+        r.run(_shutdown_all(), timeout=5.0)
+    except BaseException:
+        pass
+    r.stop(2.0)
+
+
+class Producer:
+    """Blocking twin of client.Producer: same constructor and method names, results returned directly.
+
+    `send_async` returns a concurrent.futures.Future (callback(result, exc) runs on the client
+    loop thread: keep it short and do not call blocking client methods from it).
+    """
+
+    def __init__(self, group: str, namesrv_addr: str | None = None, **kwargs: Any) -> None:
+        self._runner = get_loop_thread()
+        self._p = _producer.Producer(group, namesrv_addr, **kwargs)
+
+    @property
+    def group(self) -> str:
+        return self._p.group
+
+    @property
+    def async_producer(self) -> _producer.Producer:
+        """The underlying asyncio producer (use it only on the client loop thread)."""
+        return self._p
+
+    def start(self) -> None:
+        self._runner.run(self._p.start())
+
+    def shutdown(self) -> None:
+        self._runner.run(self._p.shutdown())
+
+    def __enter__(self) -> Producer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def send(
+        self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        return self._runner.run(self._p.send(msg, queue=queue, timeout=timeout))
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: _producer.SendCallback | None = None,
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        p = self._p
+
+        async def go() -> SendResult:
+            return await p.send_async(msg, callback, queue=queue, timeout=timeout)
+
+        return self._runner.submit(go())
+
+    def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        self._runner.run(self._p.send_oneway(msg, queue=queue))
+
+    def send_batch(
+        self, msgs: Iterable[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        return self._runner.run(self._p.send_batch(list(msgs), queue=queue, timeout=timeout))
+
+    def send_orderly(
+        self,
+        msg: Message,
+        sharding_key: Any,
+        selector: MessageQueueSelector | SelectorFunction | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> SendResult:
+        return self._runner.run(self._p.send_orderly(msg, sharding_key, selector, timeout=timeout))
+
+    def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        return self._runner.run(self._p.fetch_publish_message_queues(topic))
+
+
+class Admin:
+    """Blocking twin of client.Admin: every coroutine method of it, as a blocking method."""
+
+    def __init__(self, namesrv_addr: str | None = None, **kwargs: Any) -> None:
+        self._runner = get_loop_thread()
+        self._a = _admin.Admin(namesrv_addr, **kwargs)
+
+    def start(self) -> None:
+        self._runner.run(self._a.start())
+
+    def shutdown(self) -> None:
+        self._runner.run(self._a.shutdown())
+
+    def __enter__(self) -> Admin:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attr = getattr(self._a, name)
+        if inspect.iscoroutinefunction(attr):
+            runner = self._runner
+
+            @functools.wraps(attr)
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return runner.run(attr(*args, **kwargs))
+
+            return call
+        return attr
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | {n for n in dir(self._a) if not n.startswith("_")})

@@ -1,0 +1,258 @@
+"""`bin/mqadmin` subcommands end to end (subprocesses against real daemons), and `mqshutdown`'s process finder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from client import Admin, MessageQueue
+from client.cli import mqshutdown
+from tests.client.conftest import RealCluster
+from tests.support.daemons import BIN, PYTHON, free_port
+
+
+def mqadmin(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [PYTHON, str(BIN / "mqadmin"), *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+
+
+def ok(*args: str, **kw: object) -> str:
+    p = mqadmin(*args, **kw)  # type: ignore[arg-type]
+    assert p.returncode == 0, f"mqadmin {' '.join(args)} failed ({p.returncode}): {p.stderr}"
+    assert "Traceback" not in p.stderr
+    return p.stdout
+
+
+def fails(*args: str, **kw: object) -> str:
+    p = mqadmin(*args, **kw)  # type: ignore[arg-type]
+    assert p.returncode != 0, f"mqadmin {' '.join(args)} should fail:\n{p.stdout}"
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    return lines[0]
+
+
+def rows(table: str) -> list[list[str]]:
+    return [ln.split() for ln in table.splitlines()[1:] if ln.strip()]
+
+
+def test_topic_lifecycle(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    out = ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
+    assert out.count("success.") == 2 and "readQueueNums=4" in out
+    assert topic in ok("topicList", "-n", n).split()
+    assert topic in json.loads(ok("topicList", "-n", n, "--json"))
+    route = json.loads(ok("topicRoute", "-n", n, "-t", topic))
+    assert {b["brokerName"] for b in route["brokerDatas"]} == {"broker-a", "broker-b"}
+    status = rows(ok("topicStatus", "-n", n, "-t", topic))
+    assert len(status) == 8 and {r[0] for r in status} == {"broker-a", "broker-b"}
+    js = json.loads(ok("topicStatus", "-n", n, "-t", topic, "--json"))
+    assert js[0]["queue"]["topic"] == topic and "maxOffset" not in js[0] and "max_offset" in js[0]
+    # order topic: the NameServer gets the order conf for the topic
+    ok(
+        "updateTopic",
+        "-n",
+        n,
+        "-b",
+        real_cluster.brokers["broker-a"],
+        "-t",
+        topic,
+        "-w",
+        "2",
+        "-r",
+        "2",
+        "-o",
+        "true",
+    )
+    kv = json.loads(ok("getKvConfig", "-n", n, "-s", "ORDER_TOPIC_CONFIG", "-k", topic, "--json"))
+    assert kv == {topic: "broker-a:2"}
+    out = ok("deleteTopic", "-n", n, "-t", topic, "-c", "DefaultCluster")
+    assert "success" in out
+    line = fails("topicRoute", "-n", n, "-t", topic)
+    assert line.startswith("mqadmin: ") and "TOPIC_NOT_EXIST" in line
+
+
+def test_cluster_and_broker_views(real_cluster: RealCluster) -> None:
+    n = real_cluster.namesrv_addr
+    table = rows(ok("clusterList", "-n", n))
+    assert {(r[0], r[1], r[2], r[3]) for r in table} == {
+        ("DefaultCluster", name, "0", addr) for name, addr in real_cluster.brokers.items()
+    }
+    js = json.loads(ok("clusterList", "-n", n, "--json"))
+    assert all(r["reachable"] for r in js)
+    addr = real_cluster.brokers["broker-a"]
+    status = ok("brokerStatus", "-n", n, "-b", addr)
+    assert any(ln.startswith("putTps") for ln in status.splitlines())
+    assert "putTps" in json.loads(ok("brokerStatus", "-n", n, "-b", addr, "--json"))
+    conf = json.loads(ok("getBrokerConfig", "-n", n, "-b", addr, "--json"))
+    assert conf[addr]["brokerName"] == "broker-a"
+    assert "brokerName" in ok("getBrokerConfig", "-n", n, "-c", "DefaultCluster")
+    nsconf = json.loads(ok("getNamesrvConfig", "-n", n, "--json"))
+    assert nsconf[n]["listenPort"] == n.rsplit(":", 1)[1]
+    ok("updateBrokerConfig", "-n", n, "-b", addr, "-k", "flushIntervalCommitLog", "-v", "700")
+    assert (
+        json.loads(ok("getBrokerConfig", "-n", n, "-b", addr, "--json"))[addr]["flushIntervalCommitLog"]
+        == "700"
+    )
+    assert "noSuchKey" in fails(
+        "updateBrokerConfig", "-n", n, "-c", "DefaultCluster", "-k", "noSuchKey", "-v", "1"
+    )
+
+
+def test_send_and_find_messages(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
+    sent = json.loads(
+        ok("sendMessage", "-n", n, "-t", topic, "-p", "hello mqadmin", "-k", "mk1", "-c", "TagX", "--json")
+    )
+    assert sent["status"] == "SEND_OK"
+    broker, qid, qoff = sent["queue"]["brokerName"], sent["queue"]["queueId"], sent["queue_offset"]
+    table = rows(ok("sendMessage", "-n", n, "-t", topic, "-p", "to queue 2", "-b", "broker-b", "-i", "2"))
+    assert table[0][:3] == ["broker-b", "2", "SEND_OK"]
+
+    by_offset_id = ok("queryMsgById", "-n", n, "-i", sent["offset_msg_id"])
+    assert "hello mqadmin" in by_offset_id and "TagX" in by_offset_id
+    by_uniq = json.loads(ok("queryMsgById", "-n", n, "-i", sent["msg_id"], "-t", topic, "--json"))
+    assert by_uniq["body"] == "hello mqadmin" and by_uniq["uniq_key"] == sent["msg_id"]
+    line = fails("queryMsgById", "-n", n, "-i", sent["msg_id"])  # a UNIQ_KEY id needs its topic
+    assert "-t" in line
+
+    found = rows(ok("queryMsgByKey", "-n", n, "-t", topic, "-k", "mk1"))
+    assert found[0][0] == sent["msg_id"]
+    assert "no message with key" in fails("queryMsgByKey", "-n", n, "-t", topic, "-k", "nokey")
+
+    at = ok("queryMsgByOffset", "-n", n, "-t", topic, "-b", broker, "-i", str(qid), "-o", str(qoff))
+    assert "hello mqadmin" in at
+    assert "no message at offset" in fails(
+        "queryMsgByOffset", "-n", n, "-t", topic, "-b", broker, "-i", str(qid), "-o", "99"
+    )
+
+    everything = ok("consumeMessage", "-n", n, "-t", topic)
+    assert "hello mqadmin" in everything and "to queue 2" in everything and "Consume ok: 2" in everything
+    one = json.loads(
+        ok(
+            "consumeMessage",
+            "-n",
+            n,
+            "-t",
+            topic,
+            "-b",
+            "broker-b",
+            "-i",
+            "2",
+            "-o",
+            "0",
+            "-c",
+            "1",
+            "--json",
+        )
+    )
+    assert [m["body"] for m in one] == ["to queue 2"]
+
+
+async def test_groups_progress_and_reset(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    group = f"G_{topic}"
+    ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2")
+    out = ok("updateSubGroup", "-n", n, "-c", "DefaultCluster", "-g", group, "-r", "5")
+    assert out.count("success") == 2
+    for i in range(6):
+        ok("sendMessage", "-n", n, "-t", topic, "-p", f"m{i}", "-b", "broker-a", "-i", str(i % 2))
+    assert "Not found the consumer group" in fails("consumerProgress", "-n", n, "-g", group)
+    async with Admin(n) as admin:
+        await admin.update_consume_offset(group, MessageQueue(topic, "broker-a", 0), 1)
+        await admin.update_consume_offset(group, MessageQueue(topic, "broker-a", 1), 3)
+    progress = json.loads(ok("consumerProgress", "-n", n, "-g", group, "--json"))
+    offsets = {
+        (q["queue"]["brokerName"], q["queue"]["queueId"]): (q["broker_offset"], q["consumer_offset"])
+        for q in progress["queues"]
+    }
+    assert offsets[("broker-a", 0)] == (3, 1) and offsets[("broker-a", 1)] == (3, 3)
+    assert progress["diff_total"] == 2
+    text = ok("consumerProgress", "-n", n, "-g", group)
+    assert "Diff Total: 2" in text
+    # The group is offline: offsets are reset by the tool itself.
+    reset = json.loads(ok("resetOffsetByTime", "-n", n, "-g", group, "-t", topic, "-s", "0", "--json"))
+    assert {(r["queue"]["brokerName"], r["queue"]["queueId"]): r["offset"] for r in reset}[
+        ("broker-a", 1)
+    ] == 0
+    assert json.loads(ok("consumerProgress", "-n", n, "-g", group, "--json"))["diff_total"] == 6
+    ok("resetOffsetByTime", "-n", n, "-g", group, "-t", topic, "-s", "now")
+    assert json.loads(ok("consumerProgress", "-n", n, "-g", group, "--json"))["diff_total"] == 0
+    assert "not online" in fails("consumerConnection", "-n", n, "-g", group)
+    assert ok("consumerProgress", "-n", n).splitlines()[0].startswith("#Group")
+    assert ok("deleteSubGroup", "-n", n, "-c", "DefaultCluster", "-g", group).count("success") == 2
+
+
+def test_kv_config(real_cluster: RealCluster) -> None:
+    n = real_cluster.namesrv_addr
+    ok("updateKvConfig", "-n", n, "-s", "TEST_NS", "-k", "color", "-v", "blue")
+    assert json.loads(ok("getKvConfig", "-n", n, "-s", "TEST_NS", "--json")) == {"color": "blue"}
+    assert rows(ok("getKvConfig", "-n", n, "-s", "TEST_NS", "-k", "color")) == [["color", "blue"]]
+    ok("deleteKvConfig", "-n", n, "-s", "TEST_NS", "-k", "color")
+    fails("getKvConfig", "-n", n, "-s", "TEST_NS", "-k", "color")
+
+
+def test_errors_are_one_line(real_cluster: RealCluster, tmp_path: Path) -> None:
+    n = real_cluster.namesrv_addr
+    assert "TOPIC_NOT_EXIST" in fails("topicStatus", "-n", n, "-t", "NoSuchTopic_xyz")
+    dead = f"127.0.0.1:{free_port()}"
+    line = fails("topicList", "-n", dead)
+    assert "no available NameServer" in line and dead in line
+    assert fails("topicList") == "mqadmin: -n or NAMESRV_ADDR required"
+    assert "bad NameServer address" in fails("topicList", "-n", "nonsense")
+    assert "TOPIC_NOT_EXIST" in fails("topicRoute", "-t", "NoSuchTopic_xyz", env={"NAMESRV_ADDR": n})
+    assert "updateTopic needs -b brokerAddr or -c clusterName" in fails("updateTopic", "-n", n, "-t", "X")
+    assert "cluster 'NoCluster' not found" in fails("updateTopic", "-n", n, "-t", "X", "-c", "NoCluster")
+    assert mqadmin("noSuchCommand").returncode == 2
+    assert mqadmin("topicRoute", "-n", n).returncode == 2  # missing -t: usage error
+
+
+# ---------------------------------------------------------------------- mqshutdown
+
+
+def _fake_proc(root: Path, pid: int, argv: list[str]) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_mqshutdown_finds_daemons_by_cmdline(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, 101, ["/venv/bin/python", "/repo/bin/mqbroker", "-c", "broker.conf"])
+    _fake_proc(tmp_path, 102, ["/venv/bin/python", "-m", "broker.cli", "-c", "x"])
+    _fake_proc(tmp_path, 103, ["/venv/bin/python", "/repo/bin/mqnamesrv"])
+    _fake_proc(tmp_path, 104, ["/usr/bin/vim", "notes-about-mqbroker.txt"])
+    _fake_proc(tmp_path, 105, ["/venv/bin/python", "/repo/bin/mqshutdown", "broker"])
+    (tmp_path / "self").mkdir()
+    assert mqshutdown.find_pids("broker", tmp_path) == [101, 102]
+    assert mqshutdown.find_pids("namesrv", tmp_path) == [103]
+
+
+def test_mqshutdown_reports_nothing_running(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(mqshutdown, "find_pids", lambda kind: [])
+    assert mqshutdown.main(["broker"]) == 0
+    assert capsys.readouterr().out.strip() == "No mqbroker running."
+    assert mqshutdown.main(["namesrv"]) == 0
+    assert capsys.readouterr().out.strip() == "No mqnamesrv running."
+    assert mqshutdown.main(["toaster"]) == 2
+
+
+def test_mqshutdown_signals_the_found_pids(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(mqshutdown, "find_pids", lambda kind: [4242, 4343])
+    monkeypatch.setattr(mqshutdown.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    assert mqshutdown.main(["namesrv"]) == 0
+    assert sent == [(4242, 15), (4343, 15)]
+    assert "4242 4343" in capsys.readouterr().out
