@@ -1,0 +1,621 @@
+"""CommitLog: the single append-only log of every message record, in fixed-size mapped files.
+
+Put path (one lock round per call, single or batch): pass 1, outside the lock, validates every message
+and prepares the variable parts (properties bytes, topic+properties tail, body CRC, tags code); pass 2,
+under the lock -- where queue offset, physical offset and store time are known -- packs each record's
+fixed part with one precompiled struct straight into the mapping and copies body and tail after it, so
+every byte is written once and nothing is patched or copied again. A run never spans files: the tail of
+a file that cannot take it gets a blank marker ([int32 remaining][BLANK_MAGIC_CODE]) and the run goes
+to the next file, preallocated in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import zlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from remoting.message import (
+    BLANK_MAGIC_CODE,
+    MAGIC_CODE,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MessageConst,
+    MessageSysFlag,
+    RecordLayout,
+    decode_properties,
+    encode_properties,
+    host_to_bytes,
+)
+
+from .dispatch import DispatchRequest
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
+from .message import MessageExtBrokerInner
+from .results import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from .message_store import DefaultMessageStore
+
+log = structlog.get_logger(__name__)
+
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+_SIZE_MAGIC = struct.Struct(">iI")
+_BLANK = struct.Struct(">iI")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_PORT = struct.Struct(">i")
+_LAYOUTS = tuple(RecordLayout.for_sys_flag(f << 4) for f in range(4))
+_V6_BITS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_TRAN_PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+_PROP_KEYS = MessageConst.PROPERTY_KEYS
+_PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_PROP_TAGS = MessageConst.PROPERTY_TAGS
+_CACHE_LIMIT = 4096
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        cfg = store.message_store_config
+        self.cfg = cfg
+        self.mapped_file_queue = MappedFileQueue(
+            cfg.store_path_commit_log(),
+            cfg.mappedFileSizeCommitLog,
+            preallocate=cfg.preallocateMappedFile,
+            warm=cfg.warmMapedFileEnable,
+        )
+        self.mapped_file_size = cfg.mappedFileSizeCommitLog
+        # "topic-queueId" -> next queue offset; assigned in the put path.
+        self.topic_queue_table: dict[str, int] = {}
+        self.begin_time_in_lock = 0
+        self._put_lock = asyncio.Lock()
+        self._next_file: asyncio.Future[MappedFile] | None = None
+        self._next_file_offset = -1
+        self._topic_cache: dict[str, bytes | None] = {}
+        self._host_cache: dict[str, bytes] = {}
+
+    # ------------------------------------------------------------------------------ offsets
+
+    def get_min_offset(self) -> int:
+        mf = self.mapped_file_queue.get_first_mapped_file()
+        if mf is None:
+            return -1
+        return mf.file_from_offset
+
+    def get_max_offset(self) -> int:
+        return self.mapped_file_queue.get_max_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.mapped_file_size - offset % self.mapped_file_size
+
+    def remain_how_many_data_to_flush(self) -> int:
+        return self.mapped_file_queue.remain_how_many_data_to_flush()
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    # ------------------------------------------------------------------------------ reads
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        """The stored record bytes (a read-only slice of the mapping), or None if not (or no longer) there."""
+        mfq = self.mapped_file_queue
+        mf = mfq.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset - mf.file_from_offset, size)
+
+    def get_data(self, offset: int) -> tuple[memoryview, MappedFile] | None:
+        """From `offset` to the end of the written part of its file."""
+        mf = self.mapped_file_queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        mv = mf.select_to_end(offset - mf.file_from_offset)
+        if mv is None:
+            return None
+        return mv, mf
+
+    def get_record_size(self, offset: int) -> int:
+        mv = self.get_message(offset, 4)
+        if mv is None:
+            return -1
+        return _I32.unpack_from(mv, 0)[0]
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        if offset < self.get_min_offset():
+            return -1
+        mv = self.get_message(offset, size)
+        if mv is None or len(mv) < 64:
+            return -1
+        sys_flag = _I32.unpack_from(mv, RecordLayout.SYS_FLAG_POS)[0]
+        return _I64.unpack_from(mv, _LAYOUTS[(sys_flag >> 4) & 0x3].store_timestamp_pos)[0]
+
+    # ------------------------------------------------------------------------------ record check
+
+    def check_message_and_return_size(
+        self, mv: memoryview, pos: int, check_crc: bool, file_from_offset: int, read_body: bool = True
+    ) -> DispatchRequest:
+        """Validate the record at `pos` of a file's view. msg_size 0 = blank (end of file), success
+        False = not a valid record (torn tail, CRC mismatch, zeros, stale data)."""
+        end = len(mv)
+        if pos + 8 > end:
+            return DispatchRequest.status(-1, False)
+        total, magic = _SIZE_MAGIC.unpack_from(mv, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return DispatchRequest.status(0, True)
+        if magic != MAGIC_CODE or total <= 0 or pos + total > end:
+            return DispatchRequest.status(-1, False)
+        if total < 56:
+            return DispatchRequest.status(-1, False)
+        sys_flag = _I32.unpack_from(mv, pos + RecordLayout.SYS_FLAG_POS)[0]
+        layout = _LAYOUTS[(sys_flag >> 4) & 0x3]
+        if total < layout.fixed_size:
+            return DispatchRequest.status(-1, False)
+        (
+            _t,
+            _m,
+            crc,
+            queue_id,
+            _flag,
+            queue_offset,
+            phy_offset,
+            _s,
+            _born_ts,
+            _born_ip,
+            _born_port,
+            store_ts,
+            _store_ip,
+            _store_port,
+            _reconsume,
+            prepared,
+            body_len,
+        ) = layout.header.unpack_from(mv, pos)
+        if phy_offset != file_from_offset + pos:
+            return DispatchRequest.status(-1, False)  # stale bytes from an older write
+        body_pos = pos + layout.body_pos
+        if body_len < 0 or body_pos + body_len + 3 > pos + total:
+            return DispatchRequest.status(-1, False)
+        if check_crc and read_body and body_len > 0:
+            if zlib.crc32(mv[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
+                log.warning("commitlog_crc_check_failed", offset=phy_offset)
+                return DispatchRequest.status(-1, False)
+        tp = body_pos + body_len
+        topic_len = mv[tp]
+        if topic_len > MAX_TOPIC_LENGTH:
+            return DispatchRequest.status(-1, False)
+        pp = tp + 1 + topic_len
+        if pp + 2 > pos + total:
+            return DispatchRequest.status(-1, False)
+        props_len = _I16.unpack_from(mv, pp)[0]
+        if props_len < 0 or layout.record_size(body_len, topic_len, props_len) != total:
+            return DispatchRequest.status(-1, False)
+        try:
+            topic = str(mv[tp + 1 : pp], "utf-8")
+            props = decode_properties(mv[pp + 2 : pp + 2 + props_len]) if props_len > 0 else None
+        except UnicodeDecodeError:
+            return DispatchRequest.status(-1, False)
+        keys = uniq = None
+        if props:
+            keys = props.get(_PROP_KEYS)
+            uniq = props.get(_PROP_UNIQ)
+        tags_code = self.store.compute_tags_code(topic, props)
+        return DispatchRequest(
+            topic,
+            queue_id,
+            phy_offset,
+            total,
+            tags_code,
+            store_ts,
+            queue_offset,
+            keys,
+            uniq,
+            sys_flag,
+            prepared,
+            props,
+            True,
+        )
+
+    # ------------------------------------------------------------------------------ recovery (start-up thread)
+
+    def load_blocking(self) -> None:
+        self.mapped_file_queue.load_blocking()
+
+    def recover_normally_blocking(self, max_phy_offset_of_consume_queue: int) -> None:
+        """Clean shutdown: trust the checkpoint and only re-validate the last 3 files."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.mapped_file_queue.flushed_where = 0
+            self.store.destroy_logics_blocking()
+            return
+        self._recover_from_blocking(max(0, len(files) - 3), max_phy_offset_of_consume_queue, normal=True)
+
+    def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> None:
+        """After a crash: start from the newest file whose first record is older than the checkpoint
+        and re-validate everything after it (magic, sizes, CRC); cut at the first bad record."""
+        files = self.mapped_file_queue.mapped_files
+        if not files:
+            self.mapped_file_queue.flushed_where = 0
+            self.store.destroy_logics_blocking()
+            return
+        index = len(files) - 1
+        while index >= 0:
+            if self._is_mapped_file_matched_recover(files[index]):
+                break
+            index -= 1
+        self._recover_from_blocking(max(index, 0), max_phy_offset_of_consume_queue, normal=False)
+
+    def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
+        mv = mf.mv
+        total, magic = _SIZE_MAGIC.unpack_from(mv, 0)
+        if magic != MAGIC_CODE:
+            return False
+        sys_flag = _I32.unpack_from(mv, RecordLayout.SYS_FLAG_POS)[0]
+        store_ts = _I64.unpack_from(mv, _LAYOUTS[(sys_flag >> 4) & 0x3].store_timestamp_pos)[0]
+        if store_ts == 0:
+            return False
+        cp = self.store.store_checkpoint
+        if self.cfg.messageIndexEnable and self.cfg.messageIndexSafe:
+            return store_ts <= cp.get_min_timestamp_index()
+        return store_ts <= cp.get_min_timestamp()
+
+    def _recover_from_blocking(
+        self, index: int, max_phy_offset_of_consume_queue: int, *, normal: bool
+    ) -> None:
+        files = self.mapped_file_queue.mapped_files
+        check_crc = self.cfg.checkCRCOnRecover
+        mf = files[index]
+        process_offset = mf.file_from_offset
+        pos = 0
+        scanned = 0
+        while True:
+            req = self.check_message_and_return_size(mf.mv, pos, check_crc, mf.file_from_offset)
+            size = req.msg_size
+            if req.success and size > 0:
+                pos += size
+                scanned += 1
+            elif req.success and size == 0:
+                index += 1
+                if index >= len(files):
+                    break
+                mf = files[index]
+                process_offset = mf.file_from_offset
+                pos = 0
+            else:
+                break
+        process_offset += pos
+        log.info(
+            "commitlog_recovered",
+            mode="normal" if normal else "abnormal",
+            max_offset=process_offset,
+            scanned_records=scanned,
+        )
+        mfq = self.mapped_file_queue
+        mfq.flushed_where = process_offset
+        mfq.truncate_dirty_files_blocking(process_offset)
+        last = mfq.get_last_mapped_file()
+        if last is not None:
+            last.flushed_position = last.wrote_position
+        if max_phy_offset_of_consume_queue > process_offset:
+            log.warning(
+                "truncate_dirty_logic_files",
+                max_phy_offset_of_cq=max_phy_offset_of_consume_queue,
+                offset=process_offset,
+            )
+            self.store.truncate_dirty_logic_files_blocking(process_offset)
+
+    # ------------------------------------------------------------------------------ file rolling
+
+    async def _roll_file(self) -> MappedFile:
+        """Add the next file (made ahead of time by a worker thread when possible)."""
+        mfq = self.mapped_file_queue
+        loop = asyncio.get_running_loop()
+        start = mfq.next_file_offset()
+        fut = self._next_file
+        self._next_file = None
+        mf: MappedFile | None = None
+        if fut is not None and self._next_file_offset == start:
+            try:
+                mf = await fut
+            except Exception as e:  # noqa: BLE001 - retried synchronously below
+                log.warning("commitlog_preallocate_failed", error=str(e))
+                mf = None
+        elif fut is not None:
+            fut.add_done_callback(self._discard_file_result)
+        if mf is None:
+            mf = await loop.run_in_executor(self.store.alloc_executor, mfq.create_file_blocking, start)
+        mfq.add_mapped_file(mf)
+        self._preallocate_next(mf.file_end_offset)
+        return mf
+
+    def _discard_file_result(self, fut: asyncio.Future[MappedFile]) -> None:
+        """A preallocated file that is not needed after all: delete it off the loop."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        self.store.alloc_executor.submit(fut.result().destroy_blocking)
+
+    def _preallocate_next(self, start: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._next_file_offset = start
+        self._next_file = loop.run_in_executor(
+            self.store.alloc_executor, self.mapped_file_queue.create_file_blocking, start
+        )
+        self._next_file.add_done_callback(_consume_exception)
+
+    async def discard_preallocated(self) -> None:
+        fut = self._next_file
+        self._next_file = None
+        if fut is None:
+            return
+        try:
+            mf = await fut
+        except Exception:  # noqa: BLE001 - nothing to clean up
+            return
+        await asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, mf.destroy_blocking)
+
+    # ------------------------------------------------------------------------------ put
+
+    def _topic_part(self, topic: str) -> bytes | None:
+        tp = self._topic_cache.get(topic, b"")
+        if tp == b"":
+            tb = topic.encode("utf-8")
+            tp = None if len(tb) > MAX_TOPIC_LENGTH or not tb else bytes((len(tb),)) + tb
+            if len(self._topic_cache) > _CACHE_LIMIT:
+                self._topic_cache.clear()
+            self._topic_cache[topic] = tp
+        return tp
+
+    def _host_bytes(self, host: tuple[str, int]) -> bytes:
+        ip = host[0]
+        b = self._host_cache.get(ip)
+        if b is None:
+            b = host_to_bytes(ip)
+            if len(self._host_cache) > _CACHE_LIMIT:
+                self._host_cache.clear()
+            self._host_cache[ip] = b
+        return b
+
+    async def put_messages(self, msgs: Sequence[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append a run of messages with one lock round; returns once they are in the page cache (the
+        caller handles the flush wait).
+
+        Pass 1 (outside the lock) validates and prepares the variable parts; pass 2 (under the lock, where
+        queue offset, physical offset and store time are known) packs each record's fixed part straight
+        into the mapping and copies body and tail after it -- every byte is written exactly once."""
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty message batch")
+        max_body = self.cfg.maxMessageSize
+        store = self.store
+        hook = store.tags_code_hook
+        tags_cache = store.tags_code_cache
+        crc32 = zlib.crc32
+        i16 = _I16.pack
+        prepared_items = []
+        add_item = prepared_items.append
+        total = 0
+        body_total = 0
+        last_topic: str | None = None
+        topic_part = b""
+        # (born_host, store_host, sys_flag) of the previous message -> its derived header bits
+        last_hosts: tuple[object, object, int] = (None, None, -1)
+        sys_flag = 0
+        layout = _LAYOUTS[0]
+        born_ip = store_ip = b""
+        for m in msgs:
+            topic = m.topic
+            if topic != last_topic:
+                tp = self._topic_part(topic)
+                if tp is None:
+                    return PutMessageResult(
+                        PutMessageStatus.MESSAGE_ILLEGAL,
+                        None,
+                        f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes",
+                    )
+                topic_part = tp
+                last_topic = topic
+            body = m.body
+            body_len = len(body)
+            body_total += body_len
+            if body_total > max_body:  # one message, or a whole batch (Java's encoder buffer limit)
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    None,
+                    f"message body size {body_total} exceeds maxMessageSize {max_body}",
+                )
+            props = m.properties
+            ps = m.properties_string
+            if not ps:
+                if props:
+                    ps = m.properties_string = encode_properties(props)
+                pb = ps.encode("utf-8") if ps else b""
+            else:
+                pb = ps.encode("utf-8")
+                if not props:
+                    props = m.properties = decode_properties(ps)
+            if len(pb) > MAX_PROPERTIES_LENGTH:
+                return PutMessageResult(
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                    None,
+                    f"properties size {len(pb)} exceeds {MAX_PROPERTIES_LENGTH}",
+                )
+            bh = m.born_host
+            sh = m.store_host
+            if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
+                last_hosts = (bh, sh, m.sys_flag)
+                born_ip = self._host_bytes(bh)
+                store_ip = self._host_bytes(sh)
+                # The IPv6 bits always follow the actual address families.
+                sys_flag = m.sys_flag & ~_V6_BITS
+                if len(born_ip) == 16:
+                    sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+                if len(store_ip) == 16:
+                    sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+                layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+            if hook is None:
+                tags = props.get(_PROP_TAGS) if props else None
+                if tags:
+                    tags_code = tags_cache.get(tags)
+                    if tags_code is None:
+                        tags_code = store.compute_tags_code(topic, props)
+                else:
+                    tags_code = 0
+            else:
+                tags_code = store.compute_tags_code(topic, props)
+            m.tags_code = tags_code
+            tail = topic_part + i16(len(pb)) + pb
+            size = layout.body_pos + body_len + len(tail)
+            crc = m.body_crc if m.body_crc >= 0 else crc32(body) & 0x7FFFFFFF
+            add_item((m, size, layout, sys_flag, tail, crc, born_ip, store_ip, tags_code, props))
+            total += size
+        if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"message(s) of {total} bytes do not fit in a commit log file of {self.mapped_file_size} bytes",
+            )
+
+        async with self._put_lock:
+            store_ts = now_ms()
+            self.begin_time_in_lock = store_ts
+            try:
+                mf = self.mapped_file_queue.get_last_mapped_file()
+                if mf is None or mf.is_full():
+                    mf = await self._roll_file()
+                if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
+                    # Blank marker, then the whole run goes to a new file.
+                    wp = mf.wrote_position
+                    _BLANK.pack_into(mf.mm, wp, mf.file_size - wp, BLANK_MAGIC_CODE)
+                    mf.wrote_position = mf.file_size
+                    mf = await self._roll_file()
+                    store_ts = now_ms()
+            except (OSError, ValueError) as e:
+                log.error("commitlog_create_mapped_file_failed", error=str(e))
+                self.begin_time_in_lock = 0
+                return PutMessageResult(
+                    PutMessageStatus.CREATE_MAPEDFILE_FAILED, None, f"create mapped file failed: {e}"
+                )
+
+            mm = mf.mm
+            wp = mf.wrote_position
+            file_from = mf.file_from_offset
+            wrote_offset = file_from + wp
+            table = self.topic_queue_table
+            pending: list[tuple] = []
+            add_pending = pending.append
+            phy_offsets: list[int] = []
+            add_phy = phy_offsets.append
+            cur_key = ""
+            cur_topic: str | None = None
+            cur_qid = -1
+            q = 0
+            p = wp
+            for m, size, layout, sys_flag, tail, crc, b_ip, s_ip, tags_code, props in prepared_items:
+                qid = m.queue_id
+                if qid != cur_qid or m.topic != cur_topic:
+                    if cur_topic is not None:
+                        table[cur_key] = q
+                    cur_topic = m.topic
+                    cur_qid = qid
+                    cur_key = f"{cur_topic}-{qid}"
+                    q = table.get(cur_key, 0)
+                if sys_flag & _TRAN_PREPARED:
+                    qo = 0  # prepared / rollback: not consumable, no queue slot
+                else:
+                    qo = q
+                    q += 1
+                phy = file_from + p
+                body = m.body
+                bp = p + layout.body_pos
+                bl = len(body)
+                layout.header.pack_into(
+                    mm,
+                    p,
+                    size,
+                    MAGIC_CODE,
+                    crc,
+                    qid,
+                    m.flag,
+                    qo,
+                    phy,
+                    sys_flag,
+                    m.born_timestamp,
+                    b_ip,
+                    m.born_host[1],
+                    store_ts,
+                    s_ip,
+                    m.store_host[1],
+                    m.reconsume_times,
+                    m.prepared_transaction_offset,
+                    bl,
+                )
+                mm[bp : bp + bl] = body
+                mm[bp + bl : p + size] = tail
+                m.store_timestamp = store_ts
+                if props:
+                    add_pending(
+                        (
+                            phy,
+                            size,
+                            cur_topic,
+                            qid,
+                            qo,
+                            tags_code,
+                            store_ts,
+                            props.get(_PROP_KEYS),
+                            props.get(_PROP_UNIQ),
+                            sys_flag,
+                            props,
+                        )
+                    )
+                else:
+                    add_pending(
+                        (phy, size, cur_topic, qid, qo, tags_code, store_ts, None, None, sys_flag, props)
+                    )
+                add_phy(phy)
+                p += size
+            table[cur_key] = q
+            # Publish: readers and the dispatcher only look below wrote_position.
+            mf.wrote_position = p
+            mf.store_timestamp = store_ts
+            self.begin_time_in_lock = 0
+            self.store.reput_message_service.enqueue(pending)
+
+        result = AppendMessageResult(
+            AppendMessageStatus.PUT_OK,
+            wrote_offset,
+            total,
+            None,
+            store_ts,
+            pending[0][4],
+            len(msgs),
+            phy_offsets=phy_offsets,
+            store_host_bytes=prepared_items[0][7] + _PORT.pack(msgs[0].store_host[1]),
+        )
+        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+
+    def set_topic_queue_table(self, table: dict[str, int]) -> None:
+        self.topic_queue_table = table
+
+    def remove_queue_from_topic_queue_table(self, topic: str, queue_id: int) -> None:
+        self.topic_queue_table.pop(f"{topic}-{queue_id}", None)
+
+    def is_os_page_cache_busy(self) -> bool:
+        begin = self.begin_time_in_lock
+        if begin == 0:
+            return False
+        return now_ms() - begin > self.cfg.osPageCacheBusyTimeOutMills
+
+
+def _consume_exception(fut: asyncio.Future[MappedFile]) -> None:
+    if not fut.cancelled():
+        fut.exception()

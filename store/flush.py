@@ -1,0 +1,261 @@
+"""Flush services. fsyncs run on the store's flush thread; the loop only decides what and when.
+
+* FlushRealTimeService (ASYNC_FLUSH): every flushIntervalCommitLog ms, fsync when at least
+  flushCommitLogLeastPages pages are dirty; everything every flushCommitLogThoroughInterval ms.
+* GroupCommitService (SYNC_FLUSH): puts wait for their end offset to be on disk; all waiters that
+  arrive while one fsync runs share the next one (group commit).
+* FlushConsumeQueueService: consume queues and index files, plus the checkpoint on thorough rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from .consume_queue import ConsumeQueue
+    from .index_service import IndexFile
+    from .mapped_file import MappedFile
+    from .mapped_file_queue import MappedFileQueue
+    from .message_store import DefaultMessageStore
+
+log = structlog.get_logger(__name__)
+
+RETRY_TIMES_OVER = 10
+
+
+class FlushCommitLogService:
+    """Shared plumbing: one fsync step of the commit log on the flush thread."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._event = asyncio.Event()
+
+    def wakeup(self) -> None:
+        self._event.set()
+
+    async def flush_step(self, flush_least_pages: int) -> bool:
+        """fsync the file at the flush position if worth it. True if something was flushed."""
+        store = self.store
+        mfq = store.commit_log.mapped_file_queue
+        target = mfq.flush_target(flush_least_pages)
+        if target is None:
+            return False
+        mf, wp = target
+        ts = mf.store_timestamp
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(store.flush_executor, store.commit_log_fsync, mf)
+        mfq.flush_done(mf, wp, ts)
+        if mfq.store_timestamp > 0:
+            store.store_checkpoint.physic_msg_timestamp = mfq.store_timestamp
+        return True
+
+    async def flush_until(self, offset: int) -> None:
+        mfq = self.store.commit_log.mapped_file_queue
+        for _ in range(len(mfq.mapped_files) + 2):
+            if mfq.flushed_where >= offset:
+                return
+            if not await self.flush_step(0):
+                return
+
+    async def flush_all(self) -> None:
+        await self.flush_until(self.store.commit_log.get_max_offset())
+
+    def start(self) -> None:
+        self._stopped = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=type(self).__name__)
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        self._event.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        try:
+            await self.flush_all()
+        except OSError as e:
+            log.error("commitlog_final_flush_failed", error=str(e))
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class FlushRealTimeService(FlushCommitLogService):
+    async def _run(self) -> None:
+        cfg = self.store.message_store_config
+        last_thorough = time.monotonic()
+        while not self._stopped:
+            least = cfg.flushCommitLogLeastPages
+            now = time.monotonic()
+            if now >= last_thorough + cfg.flushCommitLogThoroughInterval / 1000:
+                last_thorough = now
+                least = 0
+            interval = cfg.flushIntervalCommitLog / 1000
+            if cfg.flushCommitLogTimed:
+                await asyncio.sleep(interval)
+            else:
+                self._event.clear()
+                try:
+                    await asyncio.wait_for(self._event.wait(), interval)
+                except TimeoutError:
+                    pass
+            try:
+                # One pass may cross several files when the writer ran far ahead.
+                for _ in range(len(self.store.commit_log.mapped_file_queue.mapped_files) + 1):
+                    if not await self.flush_step(least):
+                        break
+            except OSError as e:
+                log.error("commitlog_flush_failed", error=str(e))
+
+
+class GroupCommitService(FlushCommitLogService):
+    def __init__(self, store: DefaultMessageStore) -> None:
+        super().__init__(store)
+        self._requests: list[tuple[int, asyncio.Future[bool]]] = []
+
+    async def wait_for_flush(self, next_offset: int) -> bool:
+        """True once [.., next_offset) is on disk; False after syncFlushTimeout."""
+        mfq = self.store.commit_log.mapped_file_queue
+        if mfq.flushed_where >= next_offset:
+            return True
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._requests.append((next_offset, fut))
+        self._event.set()
+        timeout = self.store.message_store_config.syncFlushTimeout / 1000
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            log.warning("sync_flush_timeout", offset=next_offset, timeout_ms=int(timeout * 1000))
+            return False
+
+    async def _run(self) -> None:
+        mfq = self.store.commit_log.mapped_file_queue
+        while not self._stopped:
+            self._event.clear()
+            if not self._requests and mfq.flushed_where >= self.store.commit_log.get_max_offset():
+                await self._event.wait()  # every put sets it; no idle polling
+                continue
+            reqs, self._requests = self._requests, []
+            # Everything written so far, not just what the waiters need: puts that did not ask to wait
+            # (WAIT=false) only woke us up and are flushed here too, as in Java's GroupCommitService.
+            target = self.store.commit_log.get_max_offset()
+            try:
+                await self.flush_until(target)
+            except OSError as e:
+                log.error("group_commit_flush_failed", error=str(e))
+            flushed = mfq.flushed_where
+            for off, fut in reqs:
+                if not fut.done():
+                    fut.set_result(flushed >= off)
+
+    async def shutdown(self) -> None:
+        # Let a round in progress finish and answer its waiters before the final flush.
+        self._stopped = True
+        self._event.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(self._task), self.store.message_store_config.syncFlushTimeout / 1000
+                )
+            except (TimeoutError, asyncio.CancelledError):
+                pass
+        await super().shutdown()
+        flushed = self.store.commit_log.mapped_file_queue.flushed_where
+        for off, fut in self._requests:
+            if not fut.done():
+                fut.set_result(flushed >= off)
+        self._requests = []
+
+
+class FlushConsumeQueueService:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._last_thorough = time.monotonic()
+
+    def start(self) -> None:
+        self._stopped = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="FlushConsumeQueueService")
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        await self.do_flush(0, write_checkpoint=True)
+
+    async def _run(self) -> None:
+        cfg = self.store.message_store_config
+        while not self._stopped:
+            await asyncio.sleep(cfg.flushIntervalConsumeQueue / 1000)
+            least = cfg.flushConsumeQueueLeastPages
+            thorough = False
+            now = time.monotonic()
+            if now >= self._last_thorough + cfg.flushConsumeQueueThoroughInterval / 1000:
+                self._last_thorough = now
+                least = 0
+                thorough = True
+            try:
+                await self.do_flush(least, write_checkpoint=thorough)
+            except OSError as e:
+                log.error("consume_queue_flush_failed", error=str(e))
+
+    async def do_flush(self, flush_least_pages: int, *, write_checkpoint: bool) -> None:
+        store = self.store
+        cp = store.store_checkpoint
+        logics_ts = cp.logics_msg_timestamp  # what is dispatched now is what this round makes durable
+        cq_targets: list[tuple[MappedFileQueue, MappedFile, int]] = []
+        for qmap in list(store.consume_queue_table.values()):
+            for cq in list(qmap.values()):
+                cq_targets.extend(_cq_flush_targets(cq, flush_least_pages))
+        idx_targets: list[tuple[IndexFile, int, int]] = []
+        if store.index_service is not None:
+            idx_targets = store.index_service.flush_snapshot()
+        if cq_targets or idx_targets:
+
+            def work() -> None:
+                for _mfq, mf, _wp in cq_targets:
+                    mf.fsync_blocking()
+                for f, _count, _ts in idx_targets:
+                    f.fsync_blocking()
+
+            await asyncio.get_running_loop().run_in_executor(store.flush_executor, work)
+            for mfq, mf, wp in cq_targets:
+                mfq.flush_done(mf, wp, 0)
+            for f, count, ts in idx_targets:
+                f.flushed_index_count = count
+                f.flushed_end_timestamp = ts
+            if idx_targets:
+                last = idx_targets[-1]
+                if store.index_service is not None and store.index_service.index_file_list[-1:] == [last[0]]:
+                    cp.index_msg_timestamp = max(cp.index_msg_timestamp, last[2])
+        if write_checkpoint:
+            await asyncio.get_running_loop().run_in_executor(
+                store.flush_executor, cp.flush_blocking, logics_ts
+            )
+
+
+def _cq_flush_targets(
+    cq: ConsumeQueue, flush_least_pages: int
+) -> list[tuple[MappedFileQueue, MappedFile, int]]:
+    # One file per round; after a roll the next round picks up the following file.
+    mfq = cq.mapped_file_queue
+    target = mfq.flush_target(flush_least_pages)
+    if target is None:
+        return []
+    mf, wp = target
+    return [(mfq, mf, wp)]

@@ -1,0 +1,506 @@
+"""IndexFile and IndexService: a hash index from `topic#key` to commit log offsets.
+
+IndexFile layout (RocketMQ's): a 40-byte header [beginTimestamp i64][endTimestamp i64]
+[beginPhyOffset i64][endPhyOffset i64][hashSlotCount i32][indexCount i32], then maxHashSlotNum int32
+slots (the newest index number in that bucket), then maxIndexNum 20-byte entries [keyHash i32]
+[phyOffset i64][timeDiff seconds i32][prevIndex i32]. Index numbers start at 1; 0 ends a chain.
+Files are sparse (created by truncate), named yyyyMMddHHmmssSSS.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from datetime import datetime
+
+import structlog
+
+from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned, java_string_hash
+
+from .results import QueryOffsetResult
+
+log = structlog.get_logger(__name__)
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")
+_I32 = struct.Struct(">i")
+_INT_MIN = -(1 << 31)
+_INT_MAX = (1 << 31) - 1
+
+
+def index_key_hash(key: str) -> int:
+    """abs(String.hashCode()), with Integer.MIN_VALUE (whose abs is negative in Java) mapped to 0."""
+    h = java_string_hash(key)
+    return 0 if h == _INT_MIN else abs(h)
+
+
+def build_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexFile:
+    def __init__(self, file_name: str, hash_slot_num: int, index_num: int, fd: int, mm: mmap.mmap) -> None:
+        self.file_name = file_name
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+        self._fd = fd
+        self.mm = mm
+        self._entries_pos = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self.begin_timestamp = 0
+        self.end_timestamp = 0
+        self.begin_phy_offset = 0
+        self.end_phy_offset = 0
+        self.hash_slot_count = 0
+        self.index_count = 1
+        self.flushed_index_count = 0
+        self.flushed_end_timestamp = 0
+        self._header_dirty = False
+        self._closed = False
+
+    @staticmethod
+    def file_size_for(hash_slot_num: int, index_num: int) -> int:
+        return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+    @classmethod
+    def create_blocking(
+        cls, file_name: str, hash_slot_num: int, index_num: int, end_phy_offset: int, end_timestamp: int
+    ) -> IndexFile:
+        size = cls.file_size_for(hash_slot_num, index_num)
+        os.makedirs(os.path.dirname(file_name), exist_ok=True)
+        tmp = file_name + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, size)  # sparse: 420 MB by default, never written up front
+            mm = mmap.mmap(fd, size)
+            f = cls(file_name, hash_slot_num, index_num, fd, mm)
+            if end_phy_offset > 0:
+                f.begin_phy_offset = f.end_phy_offset = end_phy_offset
+            if end_timestamp > 0:
+                f.begin_timestamp = f.end_timestamp = end_timestamp
+            f._write_header()
+            os.rename(tmp, file_name)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        log.info("index_file_created", file=file_name)
+        return f
+
+    @classmethod
+    def open_blocking(cls, file_name: str, hash_slot_num: int, index_num: int) -> IndexFile:
+        size = cls.file_size_for(hash_slot_num, index_num)
+        fd = os.open(file_name, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise ValueError(f"{file_name}: length {actual} does not match index geometry ({size})")
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        f = cls(file_name, hash_slot_num, index_num, fd, mm)
+        (
+            f.begin_timestamp,
+            f.end_timestamp,
+            f.begin_phy_offset,
+            f.end_phy_offset,
+            f.hash_slot_count,
+            f.index_count,
+        ) = _HEADER.unpack_from(mm, 0)
+        if f.index_count <= 0:
+            f.index_count = 1
+        f._roll_forward()
+        f.flushed_index_count = f.index_count
+        f.flushed_end_timestamp = f.end_timestamp
+        return f
+
+    def _roll_forward(self) -> None:
+        """The header is written lazily (once per dispatch round), so after a crash it may lag: count
+        the complete entries written after it (files are append-only and start zeroed)."""
+        count = self.index_count
+        mm = self.mm
+        entries = self._entries_pos
+        found = 0
+        while count < self.index_num:
+            h, phy, time_diff, prev = _ENTRY.unpack_from(mm, entries + count * INDEX_SIZE)
+            if h == 0 and phy == 0 and time_diff == 0 and prev == 0:
+                break
+            count += 1
+            found += 1
+            if phy > self.end_phy_offset:
+                self.end_phy_offset = phy
+            ts = self.begin_timestamp + time_diff * 1000
+            if ts > self.end_timestamp:
+                self.end_timestamp = ts
+        if found:
+            self.index_count = count
+            self._header_dirty = True
+            self._write_header()
+            log.info("index_file_rolled_forward", file=self.file_name, entries=found)
+
+    def commit_header(self) -> None:
+        """Write the in-memory header fields to the mapping (once per dispatch round, and before fsync)."""
+        if self._header_dirty:
+            self._write_header()
+
+    def _write_header(self) -> None:
+        self._header_dirty = False
+        _HEADER.pack_into(
+            self.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    # ------------------------------------------------------------------------------ write
+
+    def is_write_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def free_entries(self) -> int:
+        return max(0, self.index_num - self.index_count)
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        return self.put_key_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_key_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Add an entry for a key whose index_key_hash is `key_hash`."""
+        count = self.index_count
+        if count >= self.index_num:
+            return False
+        mm = self.mm
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        slot_value = _I32.unpack_from(mm, slot_pos)[0]
+        entries = self._entries_pos
+        if slot_value == count:
+            # A crash between the slot update and the count update: the entry it points at is
+            # complete, so continue the chain from that entry's predecessor (avoids a self-loop).
+            slot_value = _ENTRY.unpack_from(mm, entries + count * INDEX_SIZE)[3]
+        if slot_value <= INVALID_INDEX or slot_value >= count:
+            slot_value = INVALID_INDEX
+        begin_ts = self.begin_timestamp
+        if begin_ts <= 0:
+            time_diff = 0
+        else:
+            time_diff = (store_timestamp - begin_ts) // 1000
+            if time_diff > _INT_MAX:
+                time_diff = _INT_MAX
+            elif time_diff < 0:
+                time_diff = 0
+        # Entry first, then the slot; the header follows lazily (open() rolls forward over entries
+        # written after the last header write).
+        _ENTRY.pack_into(mm, entries + count * INDEX_SIZE, key_hash, phy_offset, time_diff, slot_value)
+        _I32.pack_into(mm, slot_pos, count)
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count = count + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        if count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+            self._write_header()  # begin timestamp anchors every time diff: persist it at once
+        else:
+            self._header_dirty = True
+        return True
+
+    def has_entry(self, key_hash: int, phy_offset: int) -> bool:
+        """Is there an entry for (key_hash, phy_offset)? Chains run newest first, i.e. by falling phy
+        offset, so only the head of the chain needs looking at."""
+        count = self.index_count
+        mm = self.mm
+        entries = self._entries_pos
+        nxt = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
+        for _ in range(count):
+            if nxt <= INVALID_INDEX or nxt >= count:
+                return False
+            h, phy, _td, prev = _ENTRY.unpack_from(mm, entries + nxt * INDEX_SIZE)
+            if phy < phy_offset:
+                return False
+            if h == key_hash and phy == phy_offset:
+                return True
+            if prev >= nxt:
+                return False
+            nxt = prev
+        return False
+
+    def mark_dispatched(self, phy_offset: int, store_timestamp: int) -> None:
+        """A record without keys passed by: remember how far the index has seen the commit log so a
+        restart does not replay a long keyless tail."""
+        if phy_offset > self.end_phy_offset:
+            self.end_phy_offset = phy_offset
+            if store_timestamp > self.end_timestamp:
+                self.end_timestamp = store_timestamp
+            self._header_dirty = True
+
+    # ------------------------------------------------------------------------------ read
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offsets(self, out: list[int], key: str, max_num: int, begin: int, end: int) -> None:
+        if self._closed or self.index_count <= 1:
+            return
+        key_hash = index_key_hash(key)
+        mm = self.mm
+        count = self.index_count
+        slot_value = _I32.unpack_from(
+            mm, INDEX_HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        )[0]
+        entries = self._entries_pos
+        if slot_value == count and count < self.index_num:
+            slot_value = _ENTRY.unpack_from(mm, entries + count * INDEX_SIZE)[3]  # torn put: skip it
+        if slot_value <= INVALID_INDEX or slot_value >= count:
+            return
+        begin_ts = self.begin_timestamp
+        nxt = slot_value
+        for _ in range(count):  # bound the walk even if a chain were corrupt
+            if len(out) >= max_num:
+                break
+            h, phy, time_diff, prev = _ENTRY.unpack_from(mm, entries + nxt * INDEX_SIZE)
+            if time_diff < 0:
+                break
+            time_read = begin_ts + time_diff * 1000
+            if h == key_hash and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= INVALID_INDEX or prev >= nxt or time_read < begin:
+                break
+            nxt = prev
+
+    # ------------------------------------------------------------------------------ disk
+
+    def fsync_blocking(self) -> None:
+        if not self._closed:
+            os.fdatasync(self._fd)
+
+    def close_blocking(self) -> None:
+        if self._closed:
+            return
+        self.commit_header()
+        self._closed = True
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
+        os.close(self._fd)
+
+    def destroy_blocking(self) -> None:
+        self.close_blocking()
+        try:
+            os.unlink(self.file_name)
+        except FileNotFoundError:
+            pass
+        log.info("index_file_destroyed", file=self.file_name)
+
+
+class IndexService:
+    def __init__(self, store_path: str, hash_slot_num: int, index_num: int, max_msgs_num_batch: int) -> None:
+        self.store_path = store_path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.index_file_list: list[IndexFile] = []
+
+    # ------------------------------------------------------------------------------ load / recover
+
+    def load_blocking(self) -> None:
+        if not os.path.isdir(self.store_path):
+            return
+        names = []
+        for name in os.listdir(self.store_path):
+            path = os.path.join(self.store_path, name)
+            if name.endswith(".tmp"):
+                os.unlink(path)
+            elif name.isdigit():
+                names.append(name)
+        for name in sorted(names):
+            try:
+                f = IndexFile.open_blocking(
+                    os.path.join(self.store_path, name), self.hash_slot_num, self.index_num
+                )
+            except ValueError as e:
+                log.error("index_file_load_failed", file=name, error=str(e))
+                continue
+            self.index_file_list.append(f)
+
+    def truncate_past_blocking(self, max_phy_offset: int) -> int | None:
+        """The commit log now ends at `max_phy_offset`: drop index files holding entries at or past it
+        (they would point at records that no longer exist). Returns the commit log offset the index must
+        be rebuilt from, or None when nothing was dropped."""
+        rebuild_from: int | None = None
+        while self.index_file_list:
+            f = self.index_file_list[-1]
+            if f.end_phy_offset < max_phy_offset:
+                break
+            # Entries (or, for an empty file, the dispatch mark) at or past the cut: drop the file.
+            rebuild_from = f.begin_phy_offset
+            self.index_file_list.pop()
+            f.destroy_blocking()
+        if rebuild_from is not None:
+            rebuild_from = min(rebuild_from, max_phy_offset)
+        return rebuild_from
+
+    def dispatch_progress(self) -> int | None:
+        """Commit log offset of the last record the index saw (None: no index file yet)."""
+        if not self.index_file_list:
+            return None
+        return self.index_file_list[-1].end_phy_offset
+
+    # ------------------------------------------------------------------------------ write path
+
+    def has_room(self, needed: int) -> bool:
+        files = self.index_file_list
+        if not files:
+            return False
+        if needed <= 0:
+            return True  # only the header is touched
+        return files[-1].index_num - files[-1].index_count >= min(needed, self.index_num - 1)
+
+    def commit_header(self) -> None:
+        if self.index_file_list:
+            self.index_file_list[-1].commit_header()
+
+    def roll_blocking(self) -> None:
+        """Start a new index file continuing from the last one (worker thread; appends only)."""
+        last = self.index_file_list[-1] if self.index_file_list else None
+        if last is not None and last.index_count <= 1:
+            return  # an empty file has all the room there is
+        end_phy = last.end_phy_offset if last else 0
+        end_ts = last.end_timestamp if last else 0
+        name = self._new_file_name()
+        f = IndexFile.create_blocking(name, self.hash_slot_num, self.index_num, end_phy, end_ts)
+        self.index_file_list.append(f)
+
+    def _new_file_name(self) -> str:
+        now = time.time()
+        while True:
+            dt = datetime.fromtimestamp(now)
+            name = dt.strftime("%Y%m%d%H%M%S") + f"{dt.microsecond // 1000:03d}"
+            path = os.path.join(self.store_path, name)
+            if not os.path.exists(path) and not any(f.file_name == path for f in self.index_file_list):
+                return path
+            now += 0.001
+
+    @staticmethod
+    def keys_needed(keys: str | None, uniq_key: str | None) -> int:
+        n = 1 if uniq_key else 0
+        if keys:
+            n += sum(1 for k in keys.split(MessageConst.KEY_SEPARATOR) if k)
+        return n
+
+    @staticmethod
+    def key_hash(topic: str, key: str) -> int:
+        """index_key_hash(topic + "#" + key): abs of the signed Java hash, MIN_VALUE -> 0."""
+        h = java_hash_unsigned(f"{topic}#{key}")
+        if h & 0x80000000:
+            h = 0 if h == 0x80000000 else 0x100000000 - h
+        return h
+
+    def build_index(
+        self,
+        topic: str,
+        commit_log_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+        keys: str | None,
+        uniq_key: str | None,
+    ) -> None:
+        if not self.index_file_list:
+            return
+        f = self.index_file_list[-1]
+        end = f.end_phy_offset
+        if commit_log_offset < end:
+            return  # indexed already (replay after restart)
+        # The last record indexed may have been cut short by a crash between two of its keys: on a
+        # replay of it, add only the keys that are missing.
+        replay = commit_log_offset == end and f.index_count > 1
+        if sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            f.mark_dispatched(commit_log_offset, store_timestamp)
+            return
+        wrote = False
+        if uniq_key:
+            h = self.key_hash(topic, uniq_key)
+            if not (replay and f.has_entry(h, commit_log_offset)):
+                wrote = f.put_key_hash(h, commit_log_offset, store_timestamp)
+        if keys:
+            for k in keys.split(MessageConst.KEY_SEPARATOR):
+                if k:
+                    h = self.key_hash(topic, k)
+                    if replay and f.has_entry(h, commit_log_offset):
+                        continue
+                    if not f.put_key_hash(h, commit_log_offset, store_timestamp):
+                        log.warning("index_file_full_dropping_key", key=k, offset=commit_log_offset)
+                        break
+                    wrote = True
+        if not wrote:
+            f.mark_dispatched(commit_log_offset, store_timestamp)
+
+    # ------------------------------------------------------------------------------ query
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryOffsetResult:
+        max_num = min(max_num, self.max_msgs_num_batch)
+        phy_offsets: list[int] = []
+        last_ts = 0
+        last_phy = 0
+        files = self.index_file_list
+        full_key = build_key(topic, key)
+        for i in range(len(files) - 1, -1, -1):
+            f = files[i]
+            if i == len(files) - 1:
+                last_ts = f.end_timestamp
+                last_phy = f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(phy_offsets, full_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(phy_offsets) >= max_num:
+                break
+        return QueryOffsetResult(phy_offsets, last_ts, last_phy)
+
+    # ------------------------------------------------------------------------------ flush / cleanup
+
+    def flush_snapshot(self) -> list[tuple[IndexFile, int, int]]:
+        """Files with entries not yet fsynced: (file, index count, end timestamp) as of now."""
+        self.commit_header()
+        return [
+            (f, f.index_count, f.end_timestamp)
+            for f in self.index_file_list
+            if f.index_count != f.flushed_index_count or f.end_timestamp != f.flushed_end_timestamp
+        ]
+
+    def files_expired_by_offset(self, offset: int) -> list[IndexFile]:
+        """Index files (never the last) whose every entry points before the commit log min offset."""
+        out = []
+        for f in self.index_file_list[:-1]:
+            if f.end_phy_offset < offset:
+                out.append(f)
+            else:
+                break
+        return out
+
+    def remove_files(self, files: list[IndexFile]) -> None:
+        ids = {id(f) for f in files}
+        self.index_file_list = [f for f in self.index_file_list if id(f) not in ids]
+
+    def destroy_blocking(self) -> None:
+        for f in self.index_file_list:
+            f.destroy_blocking()
+        self.index_file_list = []
+
+    def close_blocking(self) -> None:
+        for f in self.index_file_list:
+            f.close_blocking()

@@ -1,0 +1,238 @@
+"""MappedFile: one fixed-size, memory-mapped store file named by its 20-digit start offset.
+
+Writes are plain memory copies into the mapping (event-loop thread). Everything that can block on the
+disk -- creating, preallocating, fsyncing, zeroing, deleting -- is a `*_blocking` method meant to run on
+a worker thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import time
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+OS_PAGE_SIZE = 4096
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    __slots__ = (
+        "file_name",
+        "file_from_offset",
+        "file_size",
+        "wrote_position",
+        "flushed_position",
+        "store_timestamp",
+        "first_create_in_queue",
+        "mm",
+        "mv",
+        "_fd",
+        "_closed",
+    )
+
+    def __init__(self, file_name: str, file_size: int, fd: int, mm: mmap.mmap) -> None:
+        self.file_name = file_name
+        self.file_from_offset = int(os.path.basename(file_name))
+        self.file_size = file_size
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0  # store time of the last record appended (for the checkpoint)
+        self.first_create_in_queue = False
+        self.mm = mm
+        # Read-only base view: slices handed to readers can't scribble on the mapping.
+        self.mv = memoryview(mm).toreadonly()
+        self._fd = fd
+        self._closed = False
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def create_blocking(
+        cls, file_name: str, file_size: int, *, preallocate: bool = True, warm: bool = False
+    ) -> MappedFile:
+        """Create (atomically: temp name + rename) and map a new zero-filled file.
+
+        warm: read the (preallocated, all-zero) file once so its pages sit in the page cache. A first
+        write to an uncached page costs a ~4 us fault on the writer (the event loop); to a cached one
+        ~0.3 us. Unlike Java's warmMappedFile (writing zeros) this costs no disk writes."""
+        d = os.path.dirname(file_name)
+        os.makedirs(d, exist_ok=True)
+        tmp = file_name + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if preallocate:
+                try:
+                    os.posix_fallocate(fd, 0, file_size)
+                except OSError as e:
+                    if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        os.ftruncate(fd, file_size)
+                    else:
+                        raise
+            else:
+                os.ftruncate(fd, file_size)  # sparse
+            if warm:
+                _warm_page_cache(fd, file_size)
+            os.rename(tmp, file_name)
+            _fsync_dir(d)
+            mm = mmap.mmap(fd, file_size)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        mf = cls(file_name, file_size, fd, mm)
+        log.debug("mapped_file_created", file=file_name, size=file_size)
+        return mf
+
+    @classmethod
+    def open_blocking(cls, file_name: str, file_size: int) -> MappedFile:
+        fd = os.open(file_name, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != file_size:
+                raise ValueError(
+                    f"{file_name}: length {actual} does not match the configured mapped file size {file_size}"
+                )
+            mm = mmap.mmap(fd, file_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(file_name, file_size, fd, mm)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close_blocking(self) -> None:
+        """Unmap and close. If readers still hold slices the mapping lives on until they drop them."""
+        if self._closed:
+            return
+        self._closed = True
+        self.mv.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            pass  # exported slices keep the mapping alive; it is unmapped when they are collected
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def destroy_blocking(self) -> None:
+        self.close_blocking()
+        try:
+            os.unlink(self.file_name)
+        except FileNotFoundError:
+            pass
+        log.info("mapped_file_destroyed", file=self.file_name)
+
+    # ------------------------------------------------------------------------------ writes
+
+    @property
+    def file_end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def append(self, data: bytes | bytearray | memoryview) -> bool:
+        pos = self.wrote_position
+        n = len(data)
+        if pos + n > self.file_size:
+            return False
+        self.mm[pos : pos + n] = data
+        self.wrote_position = pos + n
+        return True
+
+    # ------------------------------------------------------------------------------ reads
+
+    def select(self, pos: int, size: int) -> memoryview | None:
+        """A read-only slice of [pos, pos+size) if it is entirely written."""
+        if pos < 0 or size < 0 or pos + size > self.wrote_position or self._closed:
+            return None
+        return self.mv[pos : pos + size]
+
+    def select_to_end(self, pos: int) -> memoryview | None:
+        wp = self.wrote_position
+        if pos < 0 or pos >= wp or self._closed:
+            return None
+        return self.mv[pos:wp]
+
+    # ------------------------------------------------------------------------------ disk
+
+    def dirty_pages(self, wrote_position: int | None = None) -> int:
+        wp = self.wrote_position if wrote_position is None else wrote_position
+        return wp // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE
+
+    def is_able_to_flush(self, flush_least_pages: int, wrote_position: int) -> bool:
+        if self.flushed_position >= wrote_position:
+            return False
+        if wrote_position >= self.file_size:
+            return True  # a full file is always flushed completely
+        if flush_least_pages > 0:
+            return self.dirty_pages(wrote_position) >= flush_least_pages
+        return True
+
+    def fsync_blocking(self) -> None:
+        """fdatasync on the file: on Linux it also writes back pages dirtied through the shared mapping,
+        and unlike mmap.flush it releases the GIL while it waits."""
+        if not self._closed:
+            os.fdatasync(self._fd)
+
+    def zero_tail_blocking(self, from_pos: int) -> None:
+        """Zero [from_pos, end): shrink then regrow (a hole reads as zeros), so stale records past a
+        truncation point can never be rediscovered by a later recovery."""
+        if from_pos >= self.file_size:
+            return
+        os.ftruncate(self._fd, from_pos)
+        os.ftruncate(self._fd, self.file_size)
+        try:
+            os.posix_fallocate(self._fd, from_pos, self.file_size - from_pos)
+        except OSError:
+            pass  # sparse is fine
+
+    def last_modified_timestamp_blocking(self) -> int:
+        try:
+            return int(os.stat(self.file_name).st_mtime * 1000)
+        except FileNotFoundError:
+            return int(time.time() * 1000)
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.file_name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+def _warm_page_cache(fd: int, size: int) -> None:
+    chunk = bytearray(1 << 20)
+    views = [chunk]
+    pos = 0
+    while pos < size:
+        n = os.preadv(fd, views, pos)
+        if n <= 0:
+            break
+        pos += n
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

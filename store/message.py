@@ -1,0 +1,55 @@
+"""MessageExtBrokerInner: what the broker hands to the store for one put."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from remoting.message import MessageConst, encode_properties
+
+
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    properties_string: str = ""  # cached encode_properties(properties); computed on demand when empty
+    tags_code: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    store_timestamp: int = 0
+    body_crc: int = -1  # -1: the store computes it
+
+    def get_properties_string(self) -> str:
+        ps = self.properties_string
+        if not ps and self.properties:
+            ps = encode_properties(self.properties)
+            self.properties_string = ps
+        return ps
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+    def put_property(self, name: str, value: str) -> None:
+        self.properties[name] = value
+        self.properties_string = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+    def is_wait_store_msg_ok(self) -> bool:
+        return self.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"

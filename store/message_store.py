@@ -1,0 +1,915 @@
+"""DefaultMessageStore: the store facade the broker talks to.
+
+Threading model: every data structure is owned by the event-loop thread. Start-up (load + recovery +
+catch-up dispatch) runs as one blocking job on a worker thread before the loop touches the store;
+afterwards worker threads only run blocking syscalls (fsync, file creation/preallocation, unlink, stat)
+handed to them by the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+import structlog
+
+from remoting.message import (
+    MessageConst,
+    MessageExt,
+    decode_message,
+    java_string_hash,
+)
+
+from .checkpoint import StoreCheckpoint
+from .cleanup import CleanCommitLogService, CleanConsumeQueueService, default_disk_usage_probe
+from .commit_log import CommitLog, now_ms
+from .config import CQ_STORE_UNIT_SIZE, BrokerRole, MessageStoreConfig
+from .consume_queue import CQ_UNIT, ConsumeQueue
+from .filter import MessageFilter
+from .flush import FlushCommitLogService, FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from .index_service import IndexService
+from .mapped_file import MappedFile
+from .message import MessageExtBrokerInner
+from .reput import ArrivalListener, ReputMessageService
+from .results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+from .stats import StoreStatsService
+
+log = structlog.get_logger(__name__)
+
+TagsCodeHook = Callable[[str, "dict[str, str]"], "int | None"]
+
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+_MIN_LONG = -(1 << 63)
+
+
+class StoreNotAvailableError(RuntimeError):
+    """The store is shut down or not readable (Java's getMessage returns null here)."""
+
+
+class RunningFlags:
+    NOT_READABLE_BIT = 1
+    NOT_WRITEABLE_BIT = 1 << 1
+    WRITE_LOGICS_QUEUE_ERROR_BIT = 1 << 2
+    WRITE_INDEX_FILE_ERROR_BIT = 1 << 3
+    DISK_FULL_BIT = 1 << 4
+
+    def __init__(self) -> None:
+        self.flag_bits = 0
+
+    def is_readable(self) -> bool:
+        return not self.flag_bits & self.NOT_READABLE_BIT
+
+    def is_writeable(self) -> bool:
+        return not self.flag_bits & (
+            self.NOT_WRITEABLE_BIT
+            | self.WRITE_LOGICS_QUEUE_ERROR_BIT
+            | self.DISK_FULL_BIT
+            | self.WRITE_INDEX_FILE_ERROR_BIT
+        )
+
+    def is_disk_full(self) -> bool:
+        return bool(self.flag_bits & self.DISK_FULL_BIT)
+
+    def get_and_make_disk_full(self) -> bool:
+        """Set DISK_FULL; True if the disk was OK before."""
+        was_ok = not self.flag_bits & self.DISK_FULL_BIT
+        self.flag_bits |= self.DISK_FULL_BIT
+        return was_ok
+
+    def get_and_make_disk_ok(self) -> bool:
+        """Clear DISK_FULL; True if the disk was OK already."""
+        was_ok = not self.flag_bits & self.DISK_FULL_BIT
+        self.flag_bits &= ~self.DISK_FULL_BIT
+        return was_ok
+
+    def make_logics_queue_error(self) -> None:
+        self.flag_bits |= self.WRITE_LOGICS_QUEUE_ERROR_BIT
+
+    def make_index_file_error(self) -> None:
+        self.flag_bits |= self.WRITE_INDEX_FILE_ERROR_BIT
+
+
+def _total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 * 1024**3
+
+
+class DefaultMessageStore:
+    def __init__(
+        self,
+        config: MessageStoreConfig,
+        *,
+        tags_code_hook: TagsCodeHook | None = None,
+        disk_usage_probe: Callable[[], float] | None = None,
+    ) -> None:
+        self.message_store_config = config
+        self.tags_code_hook = tags_code_hook
+        self.disk_usage_probe: Callable[[], float] = disk_usage_probe or partial(
+            default_disk_usage_probe, config.storePathRootDir
+        )
+        self.running_flags = RunningFlags()
+        self.store_stats_service = StoreStatsService()
+        self.store_checkpoint = StoreCheckpoint(config.store_checkpoint_path())
+        self.commit_log = CommitLog(self)
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.index_service: IndexService | None = (
+            IndexService(
+                config.store_path_index(), config.maxHashSlotNum, config.maxIndexNum, config.maxMsgsNumBatch
+            )
+            if config.messageIndexEnable
+            else None
+        )
+        self.reput_message_service = ReputMessageService(self)
+        self.flush_commit_log_service: FlushCommitLogService = (
+            GroupCommitService(self) if config.is_sync_flush() else FlushRealTimeService(self)
+        )
+        self.flush_consume_queue_service = FlushConsumeQueueService(self)
+        self.clean_commit_log_service = CleanCommitLogService(self)
+        self.clean_consume_queue_service = CleanConsumeQueueService(self)
+        self.arrival_listeners: list[ArrivalListener] = []
+        # Separate threads: a slow fsync must not hold up creating the next file (and vice versa).
+        self.flush_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush")
+        self.alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-alloc")
+        # Indirection so tests can slow the disk down.
+        self.commit_log_fsync: Callable[[MappedFile], None] = MappedFile.fsync_blocking
+        self.tags_code_cache: dict[str, int] = {}
+        self._total_memory = _total_physical_memory()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: list[Future[None]] = []
+        self._lock_fd = -1
+        self.shutdown_flag = True
+        self.last_exit_ok = True
+
+    # ================================================================================ lifecycle
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.last_exit_ok = await loop.run_in_executor(self.alloc_executor, self._load_and_recover_blocking)
+        self.shutdown_flag = False
+        self.reput_message_service.start()
+        self.flush_commit_log_service.start()
+        self.flush_consume_queue_service.start()
+        self._tasks.append(loop.create_task(self._clean_resource_loop(), name="CleanResourceService"))
+        self._tasks.append(loop.create_task(self._stats_loop(), name="StoreStatsService"))
+        log.info(
+            "message_store_started",
+            root=self.message_store_config.storePathRootDir,
+            last_exit_ok=self.last_exit_ok,
+            commitlog_min=self.commit_log.get_min_offset(),
+            commitlog_max=self.commit_log.get_max_offset(),
+        )
+
+    def _load_and_recover_blocking(self) -> bool:
+        cfg = self.message_store_config
+        os.makedirs(cfg.storePathRootDir, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(cfg.storePathRootDir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise RuntimeError(
+                f"lock failed, a message store is already running in {cfg.storePathRootDir}"
+            ) from None
+        try:
+            abort = cfg.abort_file_path()
+            last_exit_ok = not os.path.exists(abort)
+            log.info("message_store_loading", last_exit_ok=last_exit_ok)
+            self.store_checkpoint.load_blocking()
+            self.commit_log.load_blocking()
+            self._load_consume_queues_blocking()
+            if self.index_service is not None:
+                self.index_service.load_blocking()
+            self._recover_blocking(last_exit_ok)
+        except BaseException:
+            os.close(self._lock_fd)  # let a fixed-up retry take the lock
+            self._lock_fd = -1
+            raise
+        # Abort marker: present for as long as we run; a clean shutdown removes it.
+        fd = os.open(abort, os.O_RDWR | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+        return last_exit_ok
+
+    def _load_consume_queues_blocking(self) -> None:
+        cfg = self.message_store_config
+        root = cfg.store_path_consume_queue()
+        if not os.path.isdir(root):
+            return
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qid_s in os.listdir(tdir):
+                try:
+                    qid = int(qid_s)
+                except ValueError:
+                    continue
+                cq = ConsumeQueue(
+                    topic,
+                    qid,
+                    root,
+                    cfg.mapped_file_size_consume_queue(),
+                    preallocate=cfg.preallocateMappedFile,
+                )
+                cq.load_blocking()
+                self.consume_queue_table.setdefault(topic, {})[qid] = cq
+
+    def _recover_blocking(self, last_exit_ok: bool) -> None:
+        max_phy_of_cq = -1
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                cq.recover_blocking()
+                max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
+        cl = self.commit_log
+        if last_exit_ok:
+            cl.recover_normally_blocking(max_phy_of_cq)
+        else:
+            cl.recover_abnormally_blocking(max_phy_of_cq)
+        # Rebuild derived data past what the consume queues / index already hold.
+        min_off = max(cl.get_min_offset(), 0)
+        cq_progress = min_off
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                cq_progress = max(cq_progress, cq.max_physic_offset)
+        reput_from = cq_progress
+        if self.index_service is not None:
+            rebuild = self.index_service.truncate_past_blocking(cl.get_max_offset())
+            progress = self.index_service.dispatch_progress()
+            if rebuild is not None:
+                reput_from = min(reput_from, rebuild)
+            elif progress is not None:
+                reput_from = min(reput_from, progress)
+            elif cl.get_max_offset() > min_off:
+                reput_from = min_off  # no index at all (lost, or the index was off): rebuild it
+        reput_from = max(reput_from, min_off)
+        rs = self.reput_message_service
+        rs.reput_from_offset = reput_from
+        n = rs.do_reput_blocking()
+        log.info(
+            "store_recovered",
+            last_exit_ok=last_exit_ok,
+            reput_from=reput_from,
+            redispatched=n,
+            commitlog_max=cl.get_max_offset(),
+        )
+        self.recover_topic_queue_table()
+
+    def recover_topic_queue_table(self) -> None:
+        table: dict[str, int] = {}
+        min_phy = self.commit_log.get_min_offset()
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                table[f"{cq.topic}-{cq.queue_id}"] = cq.get_max_offset_in_queue()
+                cq.correct_min_offset(min_phy)
+        self.commit_log.set_topic_queue_table(table)
+
+    def truncate_dirty_logic_files_blocking(self, phy_offset: int) -> None:
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                if cq.max_physic_offset >= phy_offset or cq.get_last_offset() > phy_offset:
+                    cq.truncate_dirty_logic_files_blocking(phy_offset)
+
+    def destroy_logics_blocking(self) -> None:
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                cq.destroy_blocking()
+        self.consume_queue_table.clear()
+        if self.index_service is not None:
+            self.index_service.destroy_blocking()
+
+    async def shutdown(self) -> None:
+        if self.shutdown_flag:
+            return
+        self.shutdown_flag = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # noqa: BLE001
+                log.exception("store_task_failed_on_shutdown")
+        self._tasks.clear()
+        await self.reput_message_service.shutdown()
+        await self.flush_commit_log_service.shutdown()
+        await self.flush_consume_queue_service.shutdown()
+        await self.commit_log.discard_preallocated()
+        await self.wait_background_io()
+        clean = (
+            self.running_flags.flag_bits
+            & (RunningFlags.WRITE_LOGICS_QUEUE_ERROR_BIT | RunningFlags.WRITE_INDEX_FILE_ERROR_BIT)
+        ) == 0 and not self.reput_message_service.is_commit_log_available()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.alloc_executor, self._close_blocking, clean)
+        # Idle by now; don't wait on the loop for the threads to exit.
+        self.flush_executor.shutdown(wait=False)
+        self.alloc_executor.shutdown(wait=False)
+        log.info("message_store_shutdown", clean=clean, commitlog_max=self.commit_log.get_max_offset())
+
+    def _close_blocking(self, clean: bool) -> None:
+        mfq = self.commit_log.mapped_file_queue
+        if mfq.store_timestamp > 0:
+            self.store_checkpoint.physic_msg_timestamp = mfq.store_timestamp
+        self.store_checkpoint.shutdown_blocking()
+        mfq.close_blocking()
+        for qmap in self.consume_queue_table.values():
+            for cq in qmap.values():
+                cq.close_blocking()
+        if self.index_service is not None:
+            self.index_service.close_blocking()
+        if clean:
+            try:
+                os.unlink(self.message_store_config.abort_file_path())
+            except FileNotFoundError:
+                pass
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    async def destroy(self) -> None:
+        """Delete every store file (tests / admin)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.alloc_executor, self._destroy_blocking)
+
+    def _destroy_blocking(self) -> None:
+        self.destroy_logics_blocking()
+        self.commit_log.mapped_file_queue.destroy_blocking()
+
+    async def _clean_resource_loop(self) -> None:
+        cfg = self.message_store_config
+        while True:
+            await asyncio.sleep(cfg.cleanResourceInterval / 1000)
+            try:
+                await self.clean_commit_log_service.run()
+                await self.clean_consume_queue_service.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep the service alive
+                log.exception("clean_resource_failed")
+
+    async def _stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.store_stats_service.sample()
+
+    async def clean_expired_files_now(self) -> int:
+        """Run one round of both clean services (admin / tests)."""
+        n = await self.clean_commit_log_service.run()
+        n += await self.clean_consume_queue_service.run()
+        return n
+
+    async def check_disk_space_now(self) -> bool:
+        """Re-probe the disk now (updates the DISK_FULL flag). True if writes are allowed."""
+        await self.clean_commit_log_service.is_space_to_delete()
+        return self.running_flags.is_writeable()
+
+    def execute_delete_files_manually(self) -> None:
+        self.clean_commit_log_service.execute_delete_files_manually()
+
+    # ================================================================================ put
+
+    def compute_tags_code(self, topic: str, properties: dict[str, str] | None) -> int:
+        hook = self.tags_code_hook
+        if hook is not None:
+            v = hook(topic, properties or {})
+            if v is not None:
+                return v
+        if not properties:
+            return 0
+        tags = properties.get(MessageConst.PROPERTY_TAGS)
+        if not tags:
+            return 0
+        code = self.tags_code_cache.get(tags)
+        if code is None:
+            code = java_string_hash(tags)
+            if len(self.tags_code_cache) > 65536:
+                self.tags_code_cache.clear()
+            self.tags_code_cache[tags] = code
+        return code
+
+    def _check_store_status(self) -> PutMessageResult | None:
+        if self.shutdown_flag:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "message store is not running"
+            )
+        if self.message_store_config.brokerRole == BrokerRole.SLAVE:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, "message store is a slave")
+        flags = self.running_flags
+        if not flags.is_writeable():
+            if flags.is_disk_full():
+                remark = (
+                    f"disk full: used ratio {self.clean_commit_log_service.last_disk_ratio:.3f} is over "
+                    f"{self.message_store_config.diskSpaceWarningLevelRatio:.2f}; writes resume once space is back"
+                )
+            else:
+                remark = f"message store is not writeable, flags={flags.flag_bits:#x}"
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, remark)
+        if self.commit_log.is_os_page_cache_busy():
+            return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY, None, "os page cache busy")
+        return None
+
+    async def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        return await self.put_messages((msg,))
+
+    async def put_messages(self, msgs: Sequence[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append one or more messages with one lock round and (SYNC_FLUSH) one flush wait."""
+        bad = self._check_store_status()
+        if bad is not None:
+            return bad
+        t0 = time.monotonic()
+        result = await self.commit_log.put_messages(msgs)
+        stats = self.store_stats_service
+        ar = result.append_result
+        if ar is None or not ar.is_ok:
+            stats.put_message_failed_times += 1
+            return result
+        stats.put_message_times_total += ar.msg_num
+        stats.put_message_size_total += ar.wrote_bytes
+        cfg = self.message_store_config
+        if cfg.is_sync_flush():
+            svc = self.flush_commit_log_service
+            assert isinstance(svc, GroupCommitService)
+            if msgs[0].is_wait_store_msg_ok():
+                if not await svc.wait_for_flush(ar.wrote_offset + ar.wrote_bytes):
+                    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                    result.remark = (
+                        f"flush to disk took longer than syncFlushTimeout={cfg.syncFlushTimeout}ms"
+                    )
+            else:
+                svc.wakeup()
+        elif not cfg.flushCommitLogTimed:
+            self.flush_commit_log_service.wakeup()
+        elapsed = int((time.monotonic() - t0) * 1000)
+        if elapsed > stats.put_message_entire_time_max:
+            stats.put_message_entire_time_max = elapsed
+        return result
+
+    # ================================================================================ consume queues
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue's ConsumeQueue, created (in memory; files come later) if new."""
+        qmap = self.consume_queue_table.get(topic)
+        if qmap is None:
+            qmap = self.consume_queue_table[topic] = {}
+        cq = qmap.get(queue_id)
+        if cq is None:
+            cfg = self.message_store_config
+            cq = ConsumeQueue(
+                topic,
+                queue_id,
+                cfg.store_path_consume_queue(),
+                cfg.mapped_file_size_consume_queue(),
+                preallocate=cfg.preallocateMappedFile,
+            )
+            qmap[queue_id] = cq
+        return cq
+
+    def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        qmap = self.consume_queue_table.get(topic)
+        return None if qmap is None else qmap.get(queue_id)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return 0 if cq is None else cq.get_max_offset_in_queue()
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return -1 if cq is None else cq.get_min_offset_in_queue()
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        return 0 if cq is None else cq.get_message_total_in_queue()
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, consume_queue_offset: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        unit = cq.get_unit(consume_queue_offset)
+        return 0 if unit is None else unit[0]
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset stored at or after `timestamp_ms` (the max offset when every message is older)."""
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(
+            timestamp_ms, self.commit_log.pickup_store_timestamp, self.commit_log.get_min_offset()
+        )
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, consume_offset: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        unit = cq.get_unit(consume_offset)
+        if unit is None:
+            return -1
+        return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.get_min_offset_in_queue())
+
+    def get_earliest_message_time_store(self) -> int:
+        """Store time of the oldest record in the commit log (-1 if empty)."""
+        min_off = self.commit_log.get_min_offset()
+        if min_off < 0:
+            return -1
+        size = self.commit_log.get_record_size(min_off)
+        return self.commit_log.pickup_store_timestamp(min_off, size) if size > 0 else -1
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, consume_offset: int) -> bool:
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            return False
+        unit = cq.get_unit(consume_offset)
+        if unit is None:
+            return False
+        return self._check_in_disk_by_commit_offset(unit[0], self.commit_log.get_max_offset())
+
+    def _memory_for_hot_data(self) -> int:
+        return int(self._total_memory * (self.message_store_config.accessMessageInMemoryMaxRatio / 100.0))
+
+    def _check_in_disk_by_commit_offset(self, offset_py: int, max_offset_py: int) -> bool:
+        return (max_offset_py - offset_py) > self._memory_for_hot_data()
+
+    def delete_topics(self, topics: set[str] | Sequence[str]) -> int:
+        """Drop the consume queues of `topics` (their commit log records age out normally). The queues
+        vanish at once; their files are deleted on the store's I/O thread. Returns the queue count."""
+        victims: list[ConsumeQueue] = []
+        for topic in set(topics):
+            qmap = self.consume_queue_table.pop(topic, None)
+            if not qmap:
+                continue
+            for cq in qmap.values():
+                self.commit_log.remove_queue_from_topic_queue_table(cq.topic, cq.queue_id)
+                victims.append(cq)
+        if victims:
+
+            def destroy() -> None:
+                for cq in victims:
+                    cq.destroy_blocking()
+
+            self._background.append(self.alloc_executor.submit(destroy))
+            log.info("topics_deleted", topics=sorted({cq.topic for cq in victims}), queues=len(victims))
+        return len(victims)
+
+    def clean_unused_topic(self, topics_in_use: set[str]) -> int:
+        """Delete consume queues of topics not in `topics_in_use` (system schedule/op topics are kept)."""
+        unused = {
+            t
+            for t in self.consume_queue_table
+            if t not in topics_in_use and t not in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        }
+        return self.delete_topics(unused)
+
+    async def wait_background_io(self) -> None:
+        """Wait for file deletions handed to the I/O thread (tests / admin)."""
+        pending, self._background = self._background, []
+        for fut in pending:
+            await asyncio.wrap_future(fut)
+
+    # ================================================================================ get
+
+    def _next_offset_correction(self, old_offset: int, new_offset: int) -> int:
+        cfg = self.message_store_config
+        if cfg.brokerRole != BrokerRole.SLAVE or cfg.offsetCheckInSlave:
+            return new_offset
+        return old_offset
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None = None,
+        max_total_bytes: int | None = None,
+    ) -> GetMessageResult:
+        """Read up to `max_msg_nums` records from queue offset `offset` (DefaultMessageStore.getMessage).
+
+        The returned buffers are read-only slices of the mapped CommitLog (no copies). Without
+        `max_total_bytes` the transfer caps are RocketMQ's (maxTransfer{Bytes,Count}OnMessageIn{Memory,Disk});
+        with it, the caps are `max_total_bytes` and `max_msg_nums` alone.
+        """
+        if self.shutdown_flag:
+            raise StoreNotAvailableError("message store has shut down")
+        if not self.running_flags.is_readable():
+            raise StoreNotAvailableError("message store is not readable")
+        begin = time.monotonic()
+        stats = self.store_stats_service
+        status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        next_begin_offset = offset
+        min_offset = 0
+        max_offset = 0
+        result = GetMessageResult()
+        cl = self.commit_log
+        max_offset_py = cl.get_max_offset()
+
+        cq = self.get_consume_queue(topic, queue_id)
+        if cq is None:
+            status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+            next_begin_offset = self._next_offset_correction(offset, 0)
+        else:
+            min_offset = cq.get_min_offset_in_queue()
+            max_offset = cq.get_max_offset_in_queue()
+            if max_offset == 0:
+                status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+                next_begin_offset = self._next_offset_correction(offset, 0)
+            elif offset < min_offset:
+                status = GetMessageStatus.OFFSET_TOO_SMALL
+                next_begin_offset = self._next_offset_correction(offset, min_offset)
+            elif offset == max_offset:
+                status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+                next_begin_offset = self._next_offset_correction(offset, offset)
+            elif offset > max_offset:
+                status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+                next_begin_offset = self._next_offset_correction(offset, max_offset)
+            else:
+                buf = cq.get_index_buffer(offset)
+                if buf is None:
+                    status = GetMessageStatus.OFFSET_FOUND_NULL
+                    next_begin_offset = self._next_offset_correction(offset, cq.roll_next_file(offset))
+                    log.warning(
+                        "consume_queue_access_failed",
+                        topic=topic,
+                        queue_id=queue_id,
+                        offset=offset,
+                        min_offset=min_offset,
+                        max_offset=max_offset,
+                    )
+                else:
+                    status, consumed, max_phy_pulling = self._fill_get_result(
+                        result, buf[0], offset, max_msg_nums, message_filter, max_total_bytes, max_offset_py
+                    )
+                    next_begin_offset = offset + consumed
+                    result.suggest_pulling_from_slave = (
+                        max_offset_py - max_phy_pulling
+                    ) > self._memory_for_hot_data()
+        if status == GetMessageStatus.FOUND:
+            stats.get_message_times_total_found += 1
+            stats.get_message_transfered_msg_count += result.message_count
+        else:
+            stats.get_message_times_total_miss += 1
+        elapsed = int((time.monotonic() - begin) * 1000)
+        if elapsed > stats.get_message_entire_time_max:
+            stats.get_message_entire_time_max = elapsed
+        result.status = status
+        result.next_begin_offset = next_begin_offset
+        result.max_offset = max_offset
+        result.min_offset = min_offset
+        return result
+
+    def _fill_get_result(
+        self,
+        result: GetMessageResult,
+        units: memoryview,
+        start_offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
+        max_total_bytes: int | None,
+        max_offset_py: int,
+    ) -> tuple[GetMessageStatus, int, int]:
+        cfg = self.message_store_config
+        cl = self.commit_log
+        mfq = cl.mapped_file_queue
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        max_filter_bytes = max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE)
+        n_bytes = min(len(units), max_filter_bytes)
+        n_bytes -= n_bytes % CQ_STORE_UNIT_SIZE
+        if max_total_bytes is None:
+            mem_bytes = cfg.maxTransferBytesOnMessageInMemory
+            mem_count = cfg.maxTransferCountOnMessageInMemory
+            disk_bytes = cfg.maxTransferBytesOnMessageInDisk
+            disk_count = cfg.maxTransferCountOnMessageInDisk
+        else:
+            mem_bytes = disk_bytes = max_total_bytes
+            mem_count = disk_count = max_msg_nums
+        hot = self._memory_for_hot_data()
+        cq_filter = message_filter.is_matched_by_consume_queue if message_filter is not None else None
+        cl_filter = getattr(message_filter, "is_matched_by_commit_log", None)
+        buffers = result.message_buffers
+        offsets = result.message_queue_offsets
+        total = 0
+        count = 0
+        consumed = 0
+        max_phy_pulling = 0
+        next_phy_file_start = _MIN_LONG
+        cur: MappedFile | None = None
+        cur_from = 0
+        cur_mv: memoryview | None = None
+        for offset_py, size_py, tags_code in CQ_UNIT.iter_unpack(units[:n_bytes]):
+            max_phy_pulling = offset_py
+            if offset_py < next_phy_file_start:
+                consumed += 1
+                continue
+            if count:
+                if max_msg_nums <= count:
+                    break
+                if (max_offset_py - offset_py) > hot:
+                    if total + size_py > disk_bytes or count > disk_count - 1:
+                        break
+                elif total + size_py > mem_bytes or count > mem_count - 1:
+                    break
+            if cq_filter is not None and not cq_filter(tags_code):
+                consumed += 1
+                continue
+            # Consecutive records are almost always in the same file: skip the lookup then.
+            rel = offset_py - cur_from
+            if cur is None or rel < 0 or rel + size_py > cur.wrote_position or cur.is_closed:
+                cur = mfq.find_mapped_file_by_offset(offset_py)
+                if cur is None or cur.is_closed:
+                    cur = None
+                else:
+                    cur_from = cur.file_from_offset
+                    cur_mv = cur.mv
+                    rel = offset_py - cur_from
+            if cur is None or rel + size_py > cur.wrote_position or size_py <= 0:
+                if total == 0:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = cl.roll_next_file(offset_py)
+                consumed += 1
+                cur = None
+                continue
+            sel = cur_mv[rel : rel + size_py]  # type: ignore[index]
+            if cl_filter is not None:
+                props = None
+                try:
+                    props = decode_message(sel, read_body=False)[0].properties
+                except ValueError:
+                    props = None
+                if not cl_filter(sel, props):
+                    if total == 0:
+                        status = GetMessageStatus.NO_MATCHED_MESSAGE
+                    consumed += 1
+                    continue
+            buffers.append(sel)
+            offsets.append(start_offset + consumed)
+            total += size_py
+            count += 1
+            status = GetMessageStatus.FOUND
+            next_phy_file_start = _MIN_LONG
+            consumed += 1
+        result.message_count = count
+        result.buffer_total_size = total
+        return status, consumed, max_phy_pulling
+
+    # ================================================================================ lookups
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> MessageExt | None:
+        mv = self.select_one_message_by_offset_view(commit_log_offset, size)
+        if mv is None:
+            return None
+        try:
+            return decode_message(mv)[0]
+        except ValueError:
+            return None
+
+    def select_one_message_by_offset_view(
+        self, commit_log_offset: int, size: int | None = None
+    ) -> memoryview | None:
+        cl = self.commit_log
+        if size is None:
+            size = cl.get_record_size(commit_log_offset)
+        if size is None or size <= 0:
+            return None
+        return cl.get_message(commit_log_offset, size)
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> bytes | None:
+        mv = self.select_one_message_by_offset_view(commit_log_offset, size)
+        return None if mv is None else bytes(mv)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    ) -> QueryMessageResult:
+        """Messages of `topic` whose KEYS or UNIQ_KEY include `key`, stored within [begin_ts, end_ts].
+
+        Index hits are checked against the record itself, so hash collisions and entries left behind
+        by a truncated commit log are never served."""
+        result = QueryMessageResult()
+        idx = self.index_service
+        if idx is None:
+            return result
+        qr = idx.query_offset(topic, key, max_num, begin_ts, end_ts)
+        result.index_last_update_timestamp = qr.index_last_update_timestamp
+        result.index_last_update_phyoffset = qr.index_last_update_phyoffset
+        seen: set[int] = set()
+        for phy in qr.phy_offsets:
+            if phy in seen:
+                continue
+            seen.add(phy)
+            mv = self.select_one_message_by_offset_view(phy)
+            if mv is None:
+                continue
+            try:
+                msg = decode_message(mv, read_body=False)[0]
+            except ValueError:
+                continue
+            if msg.topic != topic or not _has_key(msg.properties, key):
+                continue
+            result.message_buffers.append(mv)
+            result.phy_offsets.append(phy)
+            result.buffer_total_size += len(mv)
+        return result
+
+    # ================================================================================ misc API
+
+    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+        """cb(topic, queue_id, logic_offset_after, tags_code, store_timestamp, properties), on the loop
+        thread, once per dispatched consumable message."""
+        self.arrival_listeners.append(cb)
+
+    def remove_arrival_listener(self, cb: ArrivalListener) -> None:
+        try:
+            self.arrival_listeners.remove(cb)
+        except ValueError:
+            pass
+
+    def get_commit_log_max_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    def get_commit_log_min_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    @property
+    def max_physical_offset(self) -> int:
+        return self.commit_log.get_max_offset()
+
+    @property
+    def min_physical_offset(self) -> int:
+        return self.commit_log.get_min_offset()
+
+    @property
+    def confirm_offset(self) -> int:
+        # No replication here: everything written is confirmed.
+        return self.commit_log.get_max_offset()
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commit_log.flushed_where
+
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput_message_service.behind()
+
+    async def wait_dispatched(self, timeout: float | None = None) -> bool:
+        """Wait until everything written so far is in the consume queues and index."""
+        return await self.reput_message_service.wait_caught_up(timeout)
+
+    def now(self) -> int:
+        return now_ms()
+
+    def runtime_info(self) -> dict[str, str]:
+        info = self.store_stats_service.runtime_info()
+        cl = self.commit_log
+        info.update(
+            {
+                "commitLogMinOffset": str(cl.get_min_offset()),
+                "commitLogMaxOffset": str(cl.get_max_offset()),
+                "commitLogFlushedOffset": str(cl.flushed_where),
+                "remainHowManyDataToFlush": str(cl.remain_how_many_data_to_flush()),
+                "dispatchBehindBytes": str(self.dispatch_behind_bytes()),
+                "commitLogDiskRatio": f"{self.clean_commit_log_service.last_disk_ratio:.4f}",
+                "consumeQueueDiskRatio": f"{self.clean_commit_log_service.last_disk_ratio:.4f}",
+                "pageCacheLockTimeMills": str(
+                    now_ms() - cl.begin_time_in_lock if cl.begin_time_in_lock else 0
+                ),
+                "runningFlags": str(self.running_flags.flag_bits),
+                "earliestMessageTimeStamp": str(self.get_earliest_message_time_store()),
+                "consumeQueueCount": str(sum(len(q) for q in self.consume_queue_table.values())),
+                "indexFileCount": str(len(self.index_service.index_file_list) if self.index_service else 0),
+            }
+        )
+        return info
+
+    def debug_state(self) -> dict[str, Any]:
+        return {
+            "commitlog_files": [mf.file_name for mf in self.commit_log.mapped_file_queue.mapped_files],
+            "reput_from": self.reput_message_service.reput_from_offset,
+            "flushed_where": self.commit_log.flushed_where,
+        }
+
+
+def _has_key(props: dict[str, str], key: str) -> bool:
+    if props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == key:
+        return True
+    keys = props.get(MessageConst.PROPERTY_KEYS)
+    return bool(keys) and key in keys.split(MessageConst.KEY_SEPARATOR)

@@ -1,0 +1,287 @@
+"""ReputMessageService: builds the derived structures (ConsumeQueue, IndexFile) from the CommitLog.
+
+It walks the CommitLog from `reput_from_offset`. Records written by this process arrive with a ready
+dispatch tuple (the put path queues one per record, so nothing is re-parsed); anything else -- start-up
+catch-up, or a mismatch -- is parsed from the mapped bytes. The put path wakes it with an asyncio.Event,
+so a listener hears of a new message within one loop iteration of the put completing.
+
+Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
+tags_code, store_timestamp, keys, uniq_key, sys_flag, properties).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned
+
+from .consume_queue import CQ_UNIT as _CQ_UNIT
+
+if TYPE_CHECKING:
+    from .message_store import DefaultMessageStore
+
+log = structlog.get_logger(__name__)
+
+ArrivalListener = Callable[[str, int, int, int, int, "dict[str, str] | None"], None]
+DispatchTuple = tuple[Any, ...]
+
+_TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+_TRAN_NOT = MessageSysFlag.TRANSACTION_NOT_TYPE
+_TRAN_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_TRAN_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+_KEY_SEP = MessageConst.KEY_SEPARATOR
+_MAX_PENDING = 500_000
+_BATCH = 4096  # records per slice of loop time
+
+
+class ReputMessageService:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.reput_from_offset = 0
+        self._pending: deque[DispatchTuple] = deque()
+        self._event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self._caught_up = asyncio.Event()
+        self.dispatched_count = 0
+
+    # ------------------------------------------------------------------------------ feed
+
+    def enqueue(self, records: Iterable[DispatchTuple]) -> None:
+        pending = self._pending
+        pending.extend(records)
+        if len(pending) > _MAX_PENDING:
+            pending.clear()  # far behind: parse from the commit log instead of holding all of it
+        self._event.set()
+
+    def wakeup(self) -> None:
+        self._event.set()
+
+    def behind(self) -> int:
+        return max(0, self.store.commit_log.get_max_offset() - self.reput_from_offset)
+
+    def is_commit_log_available(self) -> bool:
+        return self.reput_from_offset < self.store.commit_log.get_max_offset()
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._stopped = False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ReputMessageService")
+
+    async def shutdown(self) -> None:
+        """Dispatch what is left, then stop."""
+        self._stopped = True
+        self._event.set()
+        if self._task is not None:
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for _ in range(100000):
+            if not self.is_commit_log_available():
+                break
+            if await self.do_reput(_BATCH, notify=False) == 0:
+                break
+
+    async def wait_caught_up(self, timeout: float | None = None) -> bool:
+        """Until every record written so far is dispatched (tests, bench)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while self.is_commit_log_available():
+            if deadline is not None and loop.time() > deadline:
+                return False
+            self._caught_up.clear()
+            self._event.set()
+            try:
+                await asyncio.wait_for(self._caught_up.wait(), 0.05)
+            except TimeoutError:
+                pass
+        return True
+
+    async def _run(self) -> None:
+        event = self._event
+        while not self._stopped:
+            try:
+                if not self.is_commit_log_available():
+                    self._caught_up.set()
+                    event.clear()
+                    if not self.is_commit_log_available():
+                        try:
+                            await asyncio.wait_for(event.wait(), 1.0)
+                        except TimeoutError:
+                            pass
+                    continue
+                await self.do_reput(_BATCH, notify=True)
+                await asyncio.sleep(0)  # let puts and pulls run between slices
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep dispatching; Java's service thread logs and goes on
+                log.exception("reput_failed", reput_from=self.reput_from_offset)
+                await asyncio.sleep(0.1)
+
+    # ------------------------------------------------------------------------------ reading records
+
+    def _read_record(self, off: int) -> DispatchTuple | None:
+        """The dispatch tuple of the record at `off` when it is not the head of the pending queue.
+        Returns None after moving reput_from_offset (blank / deleted files / bad record) or when
+        nothing is readable there yet (reput_from_offset unchanged)."""
+        pending = self._pending
+        while pending and pending[0][0] < off:
+            pending.popleft()
+        if pending and pending[0][0] == off:
+            return pending.popleft()
+        cl = self.store.commit_log
+        mf = cl.mapped_file_queue.find_mapped_file_by_offset(off)
+        if mf is None:
+            min_off = cl.get_min_offset()
+            if 0 <= off < min_off:
+                self.reput_from_offset = min_off  # files deleted under us
+            return None
+        if off - mf.file_from_offset >= mf.wrote_position:
+            return None  # not written yet
+        req = cl.check_message_and_return_size(mf.mv, off - mf.file_from_offset, False, mf.file_from_offset)
+        if req.success and req.msg_size > 0:
+            return req.as_tuple()
+        if req.success and req.msg_size == 0:
+            self.reput_from_offset = cl.roll_next_file(off)  # blank: end of this file
+            return None
+        log.error("reput_bad_record_skipping_file", offset=off)
+        self.reput_from_offset = cl.roll_next_file(off)
+        return None
+
+    # ------------------------------------------------------------------------------ dispatch
+
+    async def do_reput(self, budget: int, *, notify: bool) -> int:
+        """Dispatch up to `budget` records; awaits only to create a consume queue / index file."""
+        store = self.store
+        cl = store.commit_log
+        loop = asyncio.get_running_loop()
+        executor = store.alloc_executor
+        pending = self._pending
+        idx = store.index_service
+        listeners = store.arrival_listeners if notify else ()
+        max_off = cl.get_max_offset()
+        done = 0
+        last_topic: str | None = None
+        last_qid = -1
+        cq = None
+        logics_ts = 0
+        try:
+            while done < budget:
+                off = self.reput_from_offset
+                if off >= max_off:
+                    break
+                if pending and pending[0][0] == off:
+                    rec = pending.popleft()
+                else:
+                    rec = self._read_record(off)
+                    if rec is None:
+                        if self.reput_from_offset == off:
+                            break
+                        continue
+                phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, props = rec
+                tran = sys_flag & _TRAN_MASK
+                consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+                if consumable:
+                    if qid != last_qid or topic != last_topic or cq is None:
+                        cq = store.find_consume_queue(topic, qid)
+                        last_topic = topic
+                        last_qid = qid
+                    files = cq.mapped_file_queue.mapped_files
+                    if not files or files[-1].wrote_position >= files[-1].file_size:
+                        # Only this task moves reput_from_offset, so `rec` stays current across the await.
+                        await loop.run_in_executor(executor, cq.create_next_file_blocking, qo)
+                        max_off = cl.get_max_offset()
+                        files = cq.mapped_file_queue.mapped_files
+                    cq_mf = files[-1]
+                    wp = cq_mf.wrote_position
+                    if cq.max_physic_offset <= phy and cq_mf.file_from_offset + wp == qo * 20 and qo:
+                        # Fast path: the next unit in order (the general method handles replays, gaps
+                        # and the first unit of a queue).
+                        _CQ_UNIT.pack_into(cq_mf.mm, wp, phy, size, tags_code)
+                        cq_mf.wrote_position = wp + 20
+                        cq.max_physic_offset = phy + size
+                    else:
+                        cq.put_message_position_info(phy, size, tags_code, qo)
+                    logics_ts = store_ts
+                if idx is not None:
+                    if keys:
+                        needed = (1 if uniq else 0) + sum(1 for k in keys.split(_KEY_SEP) if k)
+                    else:
+                        needed = 1 if uniq else 0
+                    idx_files = idx.index_file_list
+                    if not idx_files or idx_files[-1].index_num - idx_files[-1].index_count < needed:
+                        if not idx.has_room(needed):
+                            idx.commit_header()
+                            await loop.run_in_executor(executor, idx.roll_blocking)
+                            max_off = cl.get_max_offset()
+                            idx_files = idx.index_file_list
+                    f = idx_files[-1]
+                    if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
+                        # Fast path for the common record (UNIQ_KEY only, not a replay).
+                        h = java_hash_unsigned(f"{topic}#{uniq}")
+                        if h & 0x80000000:
+                            h = 0 if h == 0x80000000 else 0x100000000 - h
+                        f.put_key_hash(h, phy, store_ts)
+                    else:
+                        idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
+                if consumable and listeners:
+                    for cb in listeners:
+                        try:
+                            cb(topic, qid, qo + 1, tags_code, store_ts, props)
+                        except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
+                            log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
+                self.reput_from_offset = off + size
+                done += 1
+        finally:
+            if logics_ts:
+                store.store_checkpoint.logics_msg_timestamp = logics_ts
+            if idx is not None:
+                idx.commit_header()
+            self.dispatched_count += done
+        return done
+
+    def do_reput_blocking(self) -> int:
+        """Start-up catch-up (start-up thread, before the loop uses the store): same as do_reput but
+        creates files inline and notifies nobody."""
+        store = self.store
+        cl = store.commit_log
+        idx = store.index_service
+        done = 0
+        logics_ts = 0
+        while True:
+            off = self.reput_from_offset
+            if off >= cl.get_max_offset():
+                break
+            rec = self._read_record(off)
+            if rec is None:
+                if self.reput_from_offset == off:
+                    break
+                continue
+            phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, _props = rec
+            tran = sys_flag & _TRAN_MASK
+            if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
+                cq = store.find_consume_queue(topic, qid)
+                if cq.need_new_file():
+                    cq.create_next_file_blocking(qo)
+                cq.put_message_position_info(phy, size, tags_code, qo)
+                logics_ts = store_ts
+            if idx is not None:
+                if not idx.has_room(idx.keys_needed(keys, uniq)):
+                    idx.commit_header()
+                    idx.roll_blocking()
+                idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
+            self.reput_from_offset = off + size
+            done += 1
+        if logics_ts:
+            store.store_checkpoint.logics_msg_timestamp = logics_ts
+        if idx is not None:
+            idx.commit_header()
+        return done

@@ -1,0 +1,140 @@
+"""Reclaiming disk: expired files, min offsets moving forward, refusing writes on a full disk."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from store.message_store import DefaultMessageStore
+from store.results import GetMessageStatus, PutMessageStatus
+
+from .conftest import make_msg
+
+
+def age_files(directory: Path, hours: float) -> None:
+    t = time.time() - hours * 3600
+    for p in directory.rglob("*"):
+        if p.is_file():
+            os.utime(p, (t, t))
+
+
+async def fill(store: DefaultMessageStore, n: int, size: int = 3000) -> None:
+    for i in range(n):
+        r = await store.put_message(make_msg(body=b"f" * size, queue_id=i % 2, uniq=f"U{i:05d}"))
+        assert r.is_ok, r
+    assert await store.wait_dispatched(5)
+
+
+async def test_expired_files_deleted_at_delete_when(make_store: Callable[..., DefaultMessageStore]) -> None:
+    hour = time.localtime().tm_hour
+    store = make_store(
+        deleteWhen=f"{(hour + 5) % 24:02d}",
+        fileReservedTime=1,
+        mappedFileSizeConsumeQueue=10 * 20,
+        maxIndexNum=40,
+        deleteCommitLogFilesInterval=0,
+        deleteConsumeQueueFilesInterval=0,
+    )
+    store.disk_usage_probe = lambda: 0.10
+    await store.start()
+    await fill(store, 100)
+    cl_dir = Path(store.message_store_config.store_path_commit_log())
+    n_files = len(store.commit_log.mapped_file_queue.mapped_files)
+    assert n_files >= 4
+    age_files(cl_dir, 2)
+    # Not the configured hour and the disk is fine: nothing happens.
+    assert await store.clean_expired_files_now() == 0
+    store.message_store_config.deleteWhen = f"{(hour + 5) % 24:02d};{hour:02d}"
+    # Files younger than fileReservedTime stay even at deleteWhen o'clock.
+    age_files(cl_dir, 0)
+    assert await store.clean_expired_files_now() == 0
+    age_files(cl_dir, 2)
+    deleted = await store.clean_expired_files_now()
+    assert deleted >= n_files - 1
+    files = store.commit_log.mapped_file_queue.mapped_files
+    assert len(files) == 1  # the file being written is never deleted
+    min_phy = store.get_commit_log_min_offset()
+    # (the next file may already be preallocated)
+    assert [n for n in os.listdir(cl_dir) if int(n) < min_phy] == []
+    assert min_phy == files[0].file_from_offset > 0
+    # Consume queues and the index followed; min offsets moved forward.
+    for q in (0, 1):
+        min_q = store.get_min_offset_in_queue("TopicTest", q)
+        assert min_q > 0
+        assert store.get_commit_log_offset_in_queue("TopicTest", q, min_q) >= min_phy
+        assert store.get_commit_log_offset_in_queue("TopicTest", q, min_q - 1) < min_phy
+        res = store.get_message("g", "TopicTest", q, 0, 32)
+        assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == min_q
+        res = store.get_message("g", "TopicTest", q, min_q, 32)
+        assert res.status == GetMessageStatus.FOUND
+        cq = store.get_consume_queue("TopicTest", q)
+        assert cq is not None and cq.mapped_file_queue.mapped_files[0].file_from_offset > 0
+    idx = store.index_service
+    assert idx is not None and all(f.end_phy_offset >= min_phy for f in idx.index_file_list[:-1])
+    assert store.query_message("TopicTest", "U00000", 32, 0, 1 << 62).message_buffers == []
+    assert len(store.query_message("TopicTest", "U00099", 32, 0, 1 << 62).message_buffers) == 1
+    # Puts carry on after the cleanup.
+    assert (await store.put_message(make_msg(body=b"after cleanup"))).is_ok
+
+
+async def test_space_pressure_deletes_regardless_of_age(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    hour = time.localtime().tm_hour
+    store = make_store(deleteWhen=f"{(hour + 5) % 24:02d}", deleteCommitLogFilesInterval=0)
+    usage = {"ratio": 0.10}
+    store.disk_usage_probe = lambda: usage["ratio"]
+    await store.start()
+    await fill(store, 80)
+    n_files = len(store.commit_log.mapped_file_queue.mapped_files)
+    usage["ratio"] = 0.80  # above diskMaxUsedSpaceRatio (75%): old files only -- and ours are new
+    assert await store.clean_expired_files_now() == 0
+    usage["ratio"] = 0.87  # above the clean-forcibly ratio (85%): age no longer matters
+    assert await store.clean_expired_files_now() == n_files - 1
+    assert store.running_flags.is_writeable()  # 87% < 90%: writes still allowed
+
+
+async def test_disk_full_refuses_writes_and_resumes(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(cleanResourceInterval=30)
+    usage = {"ratio": 0.10}
+    store.disk_usage_probe = lambda: usage["ratio"]
+    await store.start()
+    await fill(store, 5)
+    usage["ratio"] = 0.95
+    deadline = time.monotonic() + 5
+    while store.running_flags.is_writeable() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    r = await store.put_message(make_msg(body=b"no room"))
+    assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    assert "disk full" in r.remark
+    assert store.runtime_info()["runningFlags"] != "0"
+    # Reads still work.
+    assert store.get_message("g", "TopicTest", 0, 0, 32).status == GetMessageStatus.FOUND
+    usage["ratio"] = 0.50
+    deadline = time.monotonic() + 5
+    while not store.running_flags.is_writeable() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    r = await store.put_message(make_msg(body=b"room again"))
+    assert r.status == PutMessageStatus.PUT_OK
+
+
+async def test_check_disk_space_now(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    usage = {"ratio": 0.92}
+    store.disk_usage_probe = lambda: usage["ratio"]
+    await store.start()
+    assert not await store.check_disk_space_now()
+    usage["ratio"] = 0.86  # between the clean-forcibly and warning ratios: the flag is left as is
+    assert not await store.check_disk_space_now()
+    usage["ratio"] = 0.2
+    assert await store.check_disk_space_now()
+
+
+async def test_default_probe_reads_real_disk(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    ratio = store.disk_usage_probe()
+    assert 0.0 <= ratio <= 1.0

@@ -1,0 +1,120 @@
+"""Durability services: SYNC_FLUSH group commit and timeout, ASYNC flush, the loop never blocks on fsync."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+from store.mapped_file import MappedFile
+from store.message_store import DefaultMessageStore
+from store.results import PutMessageStatus
+
+from .conftest import make_msg
+
+
+async def test_sync_flush_group_commit(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushDiskType="SYNC_FLUSH")
+    await store.start()
+    calls: list[int] = []
+    threads: set[str] = set()
+
+    def counting_fsync(mf: MappedFile) -> None:
+        calls.append(1)
+        threads.add(threading.current_thread().name)
+        time.sleep(0.02)  # a slowish disk so puts pile up behind one fsync
+        MappedFile.fsync_blocking(mf)
+
+    store.commit_log_fsync = counting_fsync
+    results = await asyncio.gather(*(store.put_message(make_msg(body=f"s{i}".encode())) for i in range(60)))
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    assert 1 <= len(calls) <= 10, len(calls)  # 60 puts shared a handful of fsyncs
+    assert store.flushed_offset >= store.get_commit_log_max_offset()
+    assert threading.current_thread().name not in threads  # fsync ran off the loop thread
+    # A put returns only once its bytes are flushed.
+    r = await store.put_message(make_msg(body=b"one more"))
+    assert r.is_ok and store.flushed_offset >= r.append_result.wrote_offset + r.append_result.wrote_bytes  # type: ignore[union-attr]
+
+
+async def test_sync_flush_timeout(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushDiskType="SYNC_FLUSH", syncFlushTimeout=200)
+    await store.start()
+    release = threading.Event()
+
+    def stuck_fsync(mf: MappedFile) -> None:
+        release.wait(5)
+        MappedFile.fsync_blocking(mf)
+
+    store.commit_log_fsync = stuck_fsync
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    t = asyncio.create_task(ticker())
+    try:
+        t0 = time.monotonic()
+        r = await store.put_message(make_msg(body=b"slow disk"))
+        elapsed = time.monotonic() - t0
+    finally:
+        t.cancel()
+        release.set()
+    assert r.status == PutMessageStatus.FLUSH_DISK_TIMEOUT
+    assert "syncFlushTimeout" in r.remark
+    assert r.append_result is not None and r.append_result.is_ok  # stored, just not confirmed on disk
+    assert 0.15 < elapsed < 2.0
+    assert ticks >= 5  # the event loop kept running while fsync hung
+    store.commit_log_fsync = MappedFile.fsync_blocking
+    r2 = await store.put_message(make_msg(body=b"disk is back"))
+    assert r2.status == PutMessageStatus.PUT_OK
+
+
+async def test_sync_flush_without_wait(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushDiskType="SYNC_FLUSH", syncFlushTimeout=200)
+    await store.start()
+    release = threading.Event()
+    store.commit_log_fsync = lambda mf: release.wait(5)  # type: ignore[assignment,return-value]
+    try:
+        r = await store.put_message(make_msg(body=b"fire and forget", extra={"WAIT": "false"}))
+        assert r.status == PutMessageStatus.PUT_OK
+    finally:
+        release.set()
+    # It was only a wake-up, but the group commit service flushes it anyway.
+    deadline = time.monotonic() + 5
+    while store.flushed_offset < store.get_commit_log_max_offset() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert store.flushed_offset == store.get_commit_log_max_offset()
+
+
+async def test_async_flush_catches_up(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushIntervalCommitLog=20, flushCommitLogThoroughInterval=100)
+    await store.start()
+    for i in range(20):
+        assert (await store.put_message(make_msg(body=b"a" * 100 + bytes([i])))).is_ok
+    assert store.runtime_info()["remainHowManyDataToFlush"] != "0"
+    deadline = time.monotonic() + 5
+    while store.flushed_offset < store.get_commit_log_max_offset() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert store.flushed_offset == store.get_commit_log_max_offset()
+    assert store.runtime_info()["remainHowManyDataToFlush"] == "0"
+    assert store.store_checkpoint.physic_msg_timestamp > 0
+
+
+async def test_async_flush_respects_least_pages(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(
+        flushIntervalCommitLog=20, flushCommitLogLeastPages=4, flushCommitLogThoroughInterval=60_000
+    )
+    await store.start()
+    await store.put_message(make_msg(body=b"tiny"))
+    await asyncio.sleep(0.2)
+    assert store.flushed_offset == 0  # under 4 dirty pages: wait for more data or the thorough flush
+    for _ in range(4):
+        await store.put_message(make_msg(body=b"p" * 4096))
+    deadline = time.monotonic() + 5
+    while store.flushed_offset == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert store.flushed_offset > 4 * 4096

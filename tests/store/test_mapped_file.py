@@ -1,0 +1,112 @@
+"""MappedFile / MappedFileQueue: naming, append/select, flush positions, truncation, loading."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from store.mapped_file import MappedFile, offset_to_file_name
+from store.mapped_file_queue import MappedFileQueue
+
+
+def test_file_name_is_20_digit_offset() -> None:
+    assert offset_to_file_name(0) == "00000000000000000000"
+    assert offset_to_file_name(1073741824) == "00000000001073741824"
+
+
+def test_append_select_and_bounds(tmp_path: Path) -> None:
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(4096)), 4096)
+    try:
+        assert mf.file_from_offset == 4096 and os.path.getsize(mf.file_name) == 4096
+        assert mf.append(b"abc") and mf.append(b"defg")
+        assert mf.wrote_position == 7
+        assert bytes(mf.select(1, 4)) == b"bcde"  # type: ignore[arg-type]
+        assert mf.select(5, 3) is None  # past the written part
+        assert bytes(mf.select_to_end(3)) == b"defg"  # type: ignore[arg-type]
+        view = mf.select(0, 3)
+        assert view is not None and view.readonly
+        assert not mf.append(b"x" * 5000)
+        mf.fsync_blocking()
+    finally:
+        mf.destroy_blocking()
+    assert not os.path.exists(mf.file_name)
+
+
+def test_no_temp_files_left_and_sparse_option(tmp_path: Path) -> None:
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 1 << 20, preallocate=False)
+    mf.close_blocking()
+    assert sorted(os.listdir(tmp_path)) == [offset_to_file_name(0)]
+    assert os.stat(mf.file_name).st_blocks * 512 < (1 << 20)  # sparse
+
+
+def test_zero_tail(tmp_path: Path) -> None:
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 8192)
+    try:
+        mf.append(b"\xff" * 8192)
+        mf.zero_tail_blocking(100)
+        assert bytes(mf.mm[:100]) == b"\xff" * 100
+        assert bytes(mf.mm[100:]) == b"\x00" * 8092
+    finally:
+        mf.destroy_blocking()
+
+
+def test_close_with_live_slice_keeps_mapping(tmp_path: Path) -> None:
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 4096)
+    mf.append(b"keepme")
+    view = mf.select(0, 6)
+    mf.destroy_blocking()  # a reader still holds `view`: no crash, data still readable
+    assert bytes(view) == b"keepme"  # type: ignore[arg-type]
+    assert mf.select(0, 1) is None
+
+
+def test_queue_rolls_finds_and_truncates(tmp_path: Path) -> None:
+    q = MappedFileQueue(str(tmp_path / "q"), 1024)
+    for _ in range(3):
+        mf = q.get_last_mapped_file_blocking()
+        assert mf is not None
+        mf.append(b"z" * 1024)
+    q.get_last_mapped_file_blocking().append(b"y" * 10)  # type: ignore[union-attr]
+    assert [mf.file_from_offset for mf in q.mapped_files] == [0, 1024, 2048, 3072]
+    assert q.get_max_offset() == 3072 + 10 and q.get_min_offset() == 0
+    assert q.find_mapped_file_by_offset(2047).file_from_offset == 1024  # type: ignore[union-attr]
+    assert q.find_mapped_file_by_offset(99999) is None
+    assert q.roll_next_file(1500) == 2048
+
+    q.truncate_dirty_files_blocking(1500)
+    assert [mf.file_from_offset for mf in q.mapped_files] == [0, 1024]
+    assert q.get_max_offset() == 1500
+    assert bytes(q.mapped_files[1].mm[476:]) == b"\x00" * (1024 - 476)
+    assert sorted(os.listdir(tmp_path / "q")) == [offset_to_file_name(0), offset_to_file_name(1024)]
+    q.close_blocking()
+
+    q2 = MappedFileQueue(str(tmp_path / "q"), 1024)
+    q2.load_blocking()
+    assert [mf.file_from_offset for mf in q2.mapped_files] == [0, 1024]
+    q2.destroy_blocking()
+    assert not (tmp_path / "q").exists()
+
+
+def test_queue_load_rejects_wrong_size(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / offset_to_file_name(0)).write_bytes(b"short")
+    (d / (offset_to_file_name(1024) + ".tmp")).write_bytes(b"leftover")
+    q = MappedFileQueue(str(d), 1024)
+    with pytest.raises(ValueError, match="does not match"):
+        q.load_blocking()
+    assert not (d / (offset_to_file_name(1024) + ".tmp")).exists()
+
+
+def test_flush_positions(tmp_path: Path) -> None:
+    q = MappedFileQueue(str(tmp_path / "q"), 64 * 1024)
+    mf = q.get_last_mapped_file_blocking()
+    assert mf is not None
+    mf.append(b"a" * 5000)
+    assert q.flush_target(4) is None  # fewer than 4 dirty pages
+    assert q.flush_target(1) is not None
+    assert not q.flush_blocking(0)
+    assert q.flushed_where == 5000 and q.remain_how_many_data_to_flush() == 0
+    assert q.flush_blocking(0)  # nothing left
+    q.destroy_blocking()

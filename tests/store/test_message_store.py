@@ -1,0 +1,452 @@
+"""DefaultMessageStore end to end (in process): put/get, rolling, statuses, queries, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from remoting.message import (
+    BLANK_MAGIC_CODE,
+    MessageSysFlag,
+    decode_message,
+    decode_messages,
+    decode_offset_msg_id,
+    java_string_hash,
+)
+from store.filter import TagsCodeFilter
+from store.message_store import DefaultMessageStore
+from store.results import GetMessageStatus, PutMessageStatus
+
+from .conftest import STORE_HOST, make_msg
+
+
+async def put_n(store: DefaultMessageStore, n: int, **kw: object) -> list[int]:
+    offsets = []
+    for i in range(n):
+        r = await store.put_message(make_msg(body=f"body-{i}".encode(), **kw))  # type: ignore[arg-type]
+        assert r.status == PutMessageStatus.PUT_OK, r
+        assert r.append_result is not None
+        offsets.append(r.append_result.wrote_offset)
+    return offsets
+
+
+async def test_put_get_round_trip(store: DefaultMessageStore) -> None:
+    r = await store.put_message(make_msg(body=b"first", tags="TagA", keys="k1 k2", uniq="U1"))
+    assert r.status == PutMessageStatus.PUT_OK and r.is_ok
+    ar = r.append_result
+    assert ar is not None and ar.wrote_offset == 0 and ar.logics_offset == 0 and ar.msg_num == 1
+    assert decode_offset_msg_id(ar.msg_id) == (STORE_HOST[0], STORE_HOST[1], 0)
+    r2 = await store.put_message(make_msg(body=b"second", queue_id=1))
+    r3 = await store.put_message(make_msg(body=b"third"))
+    assert r2.append_result.logics_offset == 0 and r3.append_result.logics_offset == 1  # type: ignore[union-attr]
+    assert await store.wait_dispatched(5)
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 2
+    assert store.get_min_offset_in_queue("TopicTest", 0) == 0
+    assert store.get_max_offset_in_queue("TopicTest", 1) == 1
+    res = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert res.status == GetMessageStatus.FOUND and res.message_count == 2
+    assert res.next_begin_offset == 2 and res.min_offset == 0 and res.max_offset == 2
+    assert res.message_queue_offsets == [0, 1]
+    assert all(isinstance(b, memoryview) for b in res.message_buffers)  # no copies
+    msgs = decode_messages(res.body())
+    assert [m.body for m in msgs] == [b"first", b"third"]
+    m = msgs[0]
+    assert m.tags == "TagA" and m.keys == "k1 k2" and m.uniq_key == "U1"
+    assert m.queue_offset == 0 and m.commit_log_offset == 0 and m.store_timestamp > 0
+    assert m.body_crc > 0 and m.born_host[0] == "10.0.0.1"
+    assert store.get_commit_log_min_offset() == 0
+    assert (
+        store.get_commit_log_max_offset()
+        == sum(len(b) for b in res.message_buffers) + r2.append_result.wrote_bytes
+    )  # type: ignore[union-attr]
+
+
+async def test_properties_given_only_as_dict(store: DefaultMessageStore) -> None:
+    r = await store.put_message(make_msg(body=b"x", tags="T1", with_string=False))
+    assert r.is_ok
+    await store.wait_dispatched(5)
+    m = decode_messages(store.get_message("g", "TopicTest", 0, 0, 1).body())[0]
+    assert m.tags == "T1"
+
+
+async def test_rolling_across_files_with_blank_tails(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(mappedFileSizeCommitLog=8 * 1024)
+    await store.start()
+    body = b"r" * 1000
+    for i in range(40):
+        assert (await store.put_message(make_msg(body=body + bytes([i]), queue_id=i % 2))).is_ok
+    await store.wait_dispatched(5)
+    files = store.commit_log.mapped_file_queue.mapped_files
+    assert len(files) >= 5
+    names = sorted(os.listdir(Path(store.message_store_config.store_path_commit_log())))
+    assert names[: len(files)] == [f"{i * 8192:020d}" for i in range(len(files))]
+    # Every full file ends in a blank marker covering exactly the rest of the file.
+    for mf in files[:-1]:
+        pos = 0
+        while True:
+            size, magic = struct.unpack_from(">iI", mf.mm, pos)
+            if magic == BLANK_MAGIC_CODE:
+                assert pos + size == mf.file_size and size >= 8
+                break
+            pos += size
+    got = []
+    for q in (0, 1):
+        off = 0
+        while off < store.get_max_offset_in_queue("TopicTest", q):
+            res = store.get_message("g", "TopicTest", q, off, 32)
+            assert res.status == GetMessageStatus.FOUND
+            got.extend(decode_messages(res.body()))
+            off = res.next_begin_offset
+    assert sorted(m.body[-1] for m in got) == list(range(40))
+    for m in got:
+        assert (
+            m.commit_log_offset // 8192 == (m.commit_log_offset + m.store_size - 1) // 8192
+        )  # never spans files
+
+
+async def test_batch_put(store: DefaultMessageStore) -> None:
+    await put_n(store, 3)
+    msgs = [make_msg(body=f"b{i}".encode(), uniq=f"BATCH{i}") for i in range(10)]
+    r = await store.put_messages(msgs)
+    assert r.status == PutMessageStatus.PUT_OK
+    ar = r.append_result
+    assert ar is not None and ar.msg_num == 10 and ar.logics_offset == 3
+    ids = ar.msg_id.split(",")
+    assert len(ids) == 10
+    offsets = [decode_offset_msg_id(i)[2] for i in ids]
+    assert offsets[0] == ar.wrote_offset
+    assert sum(m.store_timestamp == msgs[0].store_timestamp for m in msgs) == 10
+    await store.wait_dispatched(5)
+    res = store.get_message("g", "TopicTest", 0, 3, 32)
+    got = decode_messages(res.body())
+    assert [m.commit_log_offset for m in got] == offsets  # contiguous, one run
+    assert [m.queue_offset for m in got] == list(range(3, 13))
+    assert offsets == sorted(offsets) and offsets[-1] + got[-1].store_size == ar.wrote_offset + ar.wrote_bytes
+
+
+async def test_put_limits(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(maxMessageSize=1000)
+    await store.start()
+    r = await store.put_message(make_msg(body=b"x" * 1001))
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in r.remark
+    r = await store.put_message(make_msg(topic="t" * 128))
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "topic" in r.remark
+    assert (await store.put_message(make_msg(topic="t" * 127))).is_ok
+    r = await store.put_message(make_msg(extra={"BIG": "v" * 33000}))
+    assert r.status == PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    store.message_store_config.maxMessageSize = 1 << 20
+    big_batch = [make_msg(body=b"y" * 900) for _ in range(80)]  # > one 64 KiB file
+    r = await store.put_messages(big_batch)
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL and "do not fit" in r.remark
+    store.message_store_config.maxMessageSize = 1000
+    r = await store.put_messages([])
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL
+    r = await store.put_messages([make_msg(body=b"b" * 600), make_msg(body=b"b" * 600)])
+    assert r.status == PutMessageStatus.MESSAGE_ILLEGAL  # the batch's bodies together exceed maxMessageSize
+
+
+async def test_get_message_statuses(store: DefaultMessageStore) -> None:
+    res = store.get_message("g", "Nope", 0, 5, 32)
+    assert res.status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE and res.next_begin_offset == 0
+    store.find_consume_queue("Empty", 0)
+    res = store.get_message("g", "Empty", 0, 5, 32)
+    assert res.status == GetMessageStatus.NO_MESSAGE_IN_QUEUE and res.next_begin_offset == 0
+    for i in range(10):
+        await store.put_message(make_msg(body=b"m", tags="TagA" if i % 3 == 0 else "TagB"))
+    await store.wait_dispatched(5)
+    res = store.get_message("g", "TopicTest", 0, 10, 32)
+    assert res.status == GetMessageStatus.OFFSET_OVERFLOW_ONE and res.next_begin_offset == 10
+    res = store.get_message("g", "TopicTest", 0, 15, 32)
+    assert res.status == GetMessageStatus.OFFSET_OVERFLOW_BADLY and res.next_begin_offset == 10
+    res = store.get_message("g", "TopicTest", 0, -1, 32)
+    assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == 0
+    # Tag filtering in the consume queue.
+    tag_a = TagsCodeFilter({java_string_hash("TagA")})
+    res = store.get_message("g", "TopicTest", 0, 0, 32, tag_a)
+    assert res.status == GetMessageStatus.FOUND
+    assert [m.tags for m in decode_messages(res.body())] == ["TagA"] * 4
+    assert res.next_begin_offset == 10
+    res = store.get_message("g", "TopicTest", 0, 0, 32, TagsCodeFilter({java_string_hash("TagC")}))
+    assert res.status == GetMessageStatus.NO_MATCHED_MESSAGE
+    assert res.message_count == 0 and res.next_begin_offset == 10  # skipped past the non-matching units
+    res = store.get_message("g", "TopicTest", 0, 0, 2)
+    assert res.message_count == 2 and res.next_begin_offset == 2
+
+
+async def test_message_was_removing_then_offset_too_small(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    store = make_store(mappedFileSizeConsumeQueue=10 * 20)
+    await store.start()
+    body = b"z" * 3000  # ~21 records per 64 KiB commit log file; 10 units per CQ file
+    for _ in range(60):
+        assert (await store.put_message(make_msg(body=body))).is_ok
+    await store.wait_dispatched(5)
+    assert len(store.commit_log.mapped_file_queue.mapped_files) >= 3
+    # Drop the first commit log file only (as the commit log cleaner does before the CQ cleaner runs).
+    assert await store.clean_commit_log_service.delete_expired_files(0, True) >= 1
+    min_phy = store.get_commit_log_min_offset()
+    assert min_phy > 0
+    first_live = next(
+        i for i in range(60) if store.get_commit_log_offset_in_queue("TopicTest", 0, i) >= min_phy
+    )
+    assert first_live >= 10
+    res = store.get_message("g", "TopicTest", 0, 0, 4)  # CQ file 0 only points into the deleted file
+    assert res.status == GetMessageStatus.MESSAGE_WAS_REMOVING and res.message_count == 0
+    assert res.next_begin_offset == 10
+    res = store.get_message("g", "TopicTest", 0, first_live - 1, 4)  # a removed unit, then live ones
+    assert res.status == GetMessageStatus.FOUND
+    assert decode_messages(res.body())[0].commit_log_offset >= min_phy
+    await store.clean_consume_queue_service.run()
+    assert store.get_min_offset_in_queue("TopicTest", 0) == first_live
+    res = store.get_message("g", "TopicTest", 0, 0, 4)
+    assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == first_live
+
+
+async def test_offset_found_null(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(mappedFileSizeConsumeQueue=10 * 20)
+    await store.start()
+    await put_n(store, 25)
+    await store.wait_dispatched(5)
+    cq = store.get_consume_queue("TopicTest", 0)
+    assert cq is not None
+    first = cq.mapped_file_queue.mapped_files[0]
+    cq.mapped_file_queue.remove_first_files([first])  # lost file, min offset not corrected yet
+    res = store.get_message("g", "TopicTest", 0, 3, 32)
+    assert res.status == GetMessageStatus.OFFSET_FOUND_NULL and res.next_begin_offset == 10
+    first.close_blocking()
+
+
+async def test_transfer_caps(store: DefaultMessageStore) -> None:
+    await put_n(store, 100)
+    await store.wait_dispatched(5)
+    res = store.get_message("g", "TopicTest", 0, 0, 100)
+    assert res.message_count == 32  # maxTransferCountOnMessageInMemory
+    res = store.get_message("g", "TopicTest", 0, 0, 100, max_total_bytes=1 << 20)
+    assert res.message_count == 100 and res.next_begin_offset == 100
+    one = res.message_buffers[0]
+    res = store.get_message("g", "TopicTest", 0, 0, 100, max_total_bytes=len(one) * 3)
+    assert res.message_count == 3
+
+
+async def test_query_message_by_key_and_time(store: DefaultMessageStore) -> None:
+    t_before = int(time.time() * 1000) - 5000
+    for i in range(20):
+        r = await store.put_message(
+            make_msg(body=f"q{i}".encode(), keys=f"order-{i % 4} all", uniq=f"UNIQ{i:04d}")
+        )
+        assert r.is_ok
+    await store.put_message(make_msg(topic="Other", body=b"o", keys="order-1"))
+    await store.wait_dispatched(5)
+    now = int(time.time() * 1000) + 5000
+    res = store.query_message("TopicTest", "order-1", 32, 0, now)
+    got = [decode_message(b)[0] for b in res.message_buffers]
+    assert sorted(m.body for m in got) == sorted(f"q{i}".encode() for i in range(20) if i % 4 == 1)
+    assert all(m.topic == "TopicTest" for m in got)
+    assert res.index_last_update_timestamp > 0 and res.index_last_update_phyoffset > 0
+    assert len(store.query_message("TopicTest", "all", 5, 0, now).message_buffers) == 5
+    uq = store.query_message("TopicTest", "UNIQ0007", 32, t_before, now)
+    assert [decode_message(b)[0].body for b in uq.message_buffers] == [b"q7"]
+    # Outside the time range: nothing.
+    assert store.query_message("TopicTest", "order-1", 32, 0, t_before).message_buffers == []
+    assert store.query_message("TopicTest", "nokey", 32, 0, now).message_buffers == []
+    assert len(store.query_message("Other", "order-1", 32, 0, now).message_buffers) == 1
+
+
+async def test_offset_by_time_and_timestamps(store: DefaultMessageStore) -> None:
+    stamps = []
+    for i in range(8):
+        r = await store.put_message(make_msg(body=f"t{i}".encode()))
+        stamps.append(r.append_result.store_timestamp)  # type: ignore[union-attr]
+        await asyncio.sleep(0.005)
+    await store.wait_dispatched(5)
+    assert stamps == sorted(stamps) and len(set(stamps)) == 8
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, 0) == 0
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[3]) == 3
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[3] + 1) == 4
+    assert store.get_offset_in_queue_by_time("TopicTest", 0, stamps[-1] + 10_000) == 8
+    assert store.get_offset_in_queue_by_time("Nope", 0, 0) == 0
+    assert store.get_earliest_message_time("TopicTest", 0) == stamps[0]
+    assert store.get_message_store_timestamp("TopicTest", 0, 5) == stamps[5]
+    assert store.get_message_store_timestamp("TopicTest", 0, 50) == -1
+    assert store.get_earliest_message_time("Nope", 0) == -1
+
+
+async def test_lookup_by_physical_offset(store: DefaultMessageStore) -> None:
+    await put_n(store, 3)
+    r = await store.put_message(make_msg(body=b"find me", tags="X"))
+    phy = decode_offset_msg_id(r.append_result.msg_id)[2]  # type: ignore[union-attr]
+    m = store.look_message_by_offset(phy)
+    assert m is not None and m.body == b"find me" and m.tags == "X" and m.commit_log_offset == phy
+    assert store.look_message_by_offset(phy, m.store_size) is not None
+    raw = store.select_one_message_by_offset(phy)
+    assert isinstance(raw, bytes) and decode_message(raw)[0].body == b"find me"
+    assert store.look_message_by_offset(phy + 10**6) is None
+    assert (
+        store.select_one_message_by_offset(phy + 1) is None or store.look_message_by_offset(phy + 1) is None
+    )
+
+
+async def test_arrival_listener_is_prompt(store: DefaultMessageStore) -> None:
+    calls: list[tuple[float, tuple[object, ...]]] = []
+    got = asyncio.Event()
+
+    def on_arrival(*args: object) -> None:
+        calls.append((time.monotonic(), args))
+        got.set()
+
+    store.add_arrival_listener(on_arrival)
+    await put_n(store, 1)  # warm up files
+    await store.wait_dispatched(5)
+    calls.clear()
+    got.clear()
+    t0 = time.monotonic()
+    await store.put_message(make_msg(body=b"ping", tags="TagA", queue_id=2))
+    await asyncio.wait_for(got.wait(), 2)
+    latency = calls[0][0] - t0
+    assert latency < 0.05, latency  # target is a few ms; generous bound for a busy CI box
+    topic, qid, offset_after, tags_code, store_ts, props = calls[0][1]
+    assert (topic, qid, offset_after, tags_code) == ("TopicTest", 2, 1, java_string_hash("TagA"))
+    assert isinstance(store_ts, int) and props == {"TAGS": "TagA"}
+    store.remove_arrival_listener(on_arrival)
+
+
+async def test_transaction_messages(store: DefaultMessageStore) -> None:
+    r = await store.put_message(make_msg(body=b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE))
+    assert r.append_result.logics_offset == 0  # type: ignore[union-attr]
+    r2 = await store.put_message(make_msg(body=b"commit", sys_flag=MessageSysFlag.TRANSACTION_COMMIT_TYPE))
+    r3 = await store.put_message(make_msg(body=b"normal"))
+    assert r2.append_result.logics_offset == 0 and r3.append_result.logics_offset == 1  # type: ignore[union-attr]
+    await store.wait_dispatched(5)
+    msgs = decode_messages(store.get_message("g", "TopicTest", 0, 0, 32).body())
+    assert [m.body for m in msgs] == [b"commit", b"normal"]
+    # The half message is still readable by offset (the broker's transaction check does that).
+    assert store.look_message_by_offset(0).body == b"half"  # type: ignore[union-attr]
+
+
+async def test_tags_code_hook(make_store: Callable[..., DefaultMessageStore], tmp_path: Path) -> None:
+    def hook(topic: str, props: dict[str, str]) -> int | None:
+        if topic == "SCHEDULE_TOPIC_XXXX":
+            return 1234567890123
+        return None
+
+    store = DefaultMessageStore(make_store().message_store_config, tags_code_hook=hook)
+    make_store.made.append(store)  # type: ignore[attr-defined]
+    await store.start()
+    await store.put_message(make_msg(topic="SCHEDULE_TOPIC_XXXX", body=b"d", extra={"DELAY": "3"}))
+    await store.put_message(make_msg(topic="Plain", body=b"p", tags="TagA"))
+    await store.wait_dispatched(5)
+    cq = store.get_consume_queue("SCHEDULE_TOPIC_XXXX", 0)
+    assert cq is not None and cq.get_unit(0)[2] == 1234567890123  # type: ignore[index]
+    assert store.get_consume_queue("Plain", 0).get_unit(0)[2] == java_string_hash("TagA")  # type: ignore[union-attr,index]
+
+
+async def test_clean_restart_trusts_checkpoint(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    root = tmp_path / "store"
+    s1 = make_store(root)
+    await s1.start()
+    assert (root / "abort").exists()
+    for i in range(30):
+        assert (await s1.put_message(make_msg(body=b"c" * 2000, queue_id=i % 3, keys=f"key{i}"))).is_ok
+    max_phy = s1.get_commit_log_max_offset()
+    await s1.shutdown()
+    assert not (root / "abort").exists()
+    cp = (root / "checkpoint").read_bytes()
+    assert len(cp) == 4096
+    physic, logics, index = struct.unpack(">qqq", cp[:24])
+    assert physic > 0 and logics > 0 and index > 0
+
+    s2 = make_store(root)
+    await s2.start()
+    assert s2.last_exit_ok
+    assert s2.get_commit_log_max_offset() == max_phy
+    assert [s2.get_max_offset_in_queue("TopicTest", q) for q in range(3)] == [10, 10, 10]
+    r = await s2.put_message(make_msg(body=b"after", queue_id=1))
+    assert r.append_result.logics_offset == 10 and r.append_result.wrote_offset >= max_phy  # type: ignore[union-attr]
+    await s2.wait_dispatched(5)
+    res = s2.query_message("TopicTest", "key7", 32, 0, 1 << 62)
+    assert len(res.message_buffers) == 1
+    assert s2.get_message("g", "TopicTest", 1, 10, 1).message_count == 1
+    await s2.shutdown()
+
+    # Index files lost while stopped: rebuilt from the commit log on start.
+    for p in (root / "index").iterdir():
+        p.unlink()
+    s3 = make_store(root)
+    await s3.start()
+    assert len(s3.query_message("TopicTest", "key29", 32, 0, 1 << 62).message_buffers) == 1
+    assert s3.get_max_offset_in_queue("TopicTest", 1) == 11
+
+
+async def test_runtime_info_and_delete_topics(store: DefaultMessageStore) -> None:
+    await put_n(store, 5)
+    await store.put_message(make_msg(topic="Gone", body=b"g"))
+    await store.wait_dispatched(5)
+    store.get_message("g", "TopicTest", 0, 0, 32)
+    info = store.runtime_info()
+    for key in (
+        "putTps",
+        "putMessageTimesTotal",
+        "putMessageSizeTotal",
+        "getMessageTimesTotalFound",
+        "remainHowManyDataToFlush",
+        "commitLogMinOffset",
+        "commitLogMaxOffset",
+        "dispatchBehindBytes",
+    ):
+        assert key in info, key
+    assert info["putMessageTimesTotal"] == "6"
+    assert info["getMessageTransferedMsgCount"] == "5"
+    assert int(info["commitLogMaxOffset"]) == store.get_commit_log_max_offset()
+    assert all(isinstance(v, str) for v in info.values())
+    gone_dir = Path(store.message_store_config.store_path_consume_queue()) / "Gone"
+    assert gone_dir.exists()
+    assert store.delete_topics({"Gone", "NeverExisted"}) == 1
+    await store.wait_background_io()
+    assert not gone_dir.exists()
+    assert store.get_max_offset_in_queue("Gone", 0) == 0
+    assert store.get_message("g", "Gone", 0, 0, 32).status == GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert store.clean_unused_topic({"TopicTest"}) == 0
+
+
+async def test_store_refuses_after_shutdown(make_store: Callable[..., DefaultMessageStore]) -> None:
+    s = make_store()
+    await s.start()
+    await s.shutdown()
+    r = await s.put_message(make_msg())
+    assert r.status == PutMessageStatus.SERVICE_NOT_AVAILABLE
+    with pytest.raises(RuntimeError):
+        s.get_message("g", "TopicTest", 0, 0, 1)
+
+
+async def test_second_store_on_same_dir_is_refused(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    s1 = make_store(tmp_path / "same")
+    await s1.start()
+    s2 = make_store(tmp_path / "same")
+    with pytest.raises(RuntimeError, match="lock"):
+        await s2.start()
+
+
+async def test_bad_file_size_fails_start_cleanly(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    root = tmp_path / "bad"
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / f"{0:020d}").write_bytes(b"too short")
+    s = make_store(root)
+    with pytest.raises(ValueError, match="does not match"):
+        await s.start()
+    (root / "commitlog" / f"{0:020d}").unlink()
+    s2 = make_store(root)
+    await s2.start()  # the lock was released
+    assert (await s2.put_message(make_msg())).is_ok
