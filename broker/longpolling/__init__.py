@@ -1,0 +1,1 @@
+"""Long polling: pulls held until messages arrive."""

@@ -1,0 +1,1 @@
+"""Consumer offsets committed to the broker."""

@@ -1,0 +1,1 @@
+"""The broker's calls to the NameServers."""

@@ -1,0 +1,1 @@
+"""One request processor per family of request codes (RocketMQ's broker processors)."""

@@ -1,0 +1,437 @@
+"""AdminBrokerProcessor: topic/group administration, offsets, stats and broker config (mqadmin's calls)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.processor.common import BadRequest, await_dispatch, decode_header, maybe_await, reply
+from broker.topic import topic_validator as tv
+from remoting.body import (
+    Connection,
+    ConsumerConnection,
+    ConsumeStats,
+    GroupList,
+    KVTable,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    OffsetWrapper,
+    ProducerConnection,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicList,
+    TopicOffset,
+    TopicStatsTable,
+    UnlockBatchRequestBody,
+)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RequestContext
+from remoting.errors import RemotingError, RemotingTimeoutError
+from remoting.headers import (
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    DeleteTopicRequestHeader,
+    GetBrokerConfigResponseHeader,
+    GetConsumerConnectionListRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetProducerConnectionListRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    OffsetResponseHeader,
+    QueryTopicConsumeByWhoRequestHeader,
+    ResetOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    TopicQueueRequestHeader,
+)
+from remoting.properties import ConfigError, parse_properties
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+BROKER_VERSION = 395  # MQVersion.Version.V4_9_4 ordinal
+BROKER_VERSION_DESC = "V4_9_4"
+_TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def _runtime(boot_s: float) -> str:
+    secs = int(time.time() - boot_s)
+    d, rem = divmod(secs, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"[ {d} days, {h} hours, {m} minutes, {s} seconds ]"
+
+
+def _human_bytes(n: int) -> str:
+    unit = 1024
+    if n < unit:
+        return f"{n} B"
+    exp = 0
+    v = float(n)
+    while v >= unit and exp < 6:
+        v /= unit
+        exp += 1
+    return f"{v:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+Handler = Callable[[RequestContext, RemotingCommand], RemotingCommand | Awaitable[RemotingCommand]]
+
+
+class AdminBrokerProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        self._handlers: dict[int, Handler] = {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_TOPIC_CONFIG_LIST: self.get_all_topic_config,
+            RequestCode.GET_TOPIC_NAME_LIST: self.get_topic_name_list,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
+        }
+
+    @property
+    def codes(self) -> list[int]:
+        return list(self._handlers)
+
+    def register_handler(self, code: int, handler: Handler) -> None:
+        """Let a feature (schedule, transaction, ...) add an admin request code."""
+        self._handlers[int(code)] = handler
+
+    async def process_request(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            return reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        try:
+            return await maybe_await(handler(ctx, cmd))
+        except BadRequest as e:
+            return e.response
+
+    # ------------------------------------------------------------------ topics
+
+    def update_and_create_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(CreateTopicRequestHeader, cmd)
+        topic = h.topic
+        bad = tv.validate_topic(topic)
+        if bad is not None:
+            return reply(ResponseCode.INVALID_PARAMETER, bad)
+        if self.c.topic_config_manager.is_system_topic(topic):
+            return reply(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
+        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
+            return reply(ResponseCode.INVALID_PARAMETER,
+                         f"readQueueNums {h.read_queue_nums} / writeQueueNums {h.write_queue_nums} must be 1..1024")
+        if not 0 <= h.perm <= 15:
+            return reply(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} must be 0..15")
+        filter_type = h.topic_filter_type or "SINGLE_TAG"
+        if filter_type not in _TOPIC_FILTER_TYPES:
+            return reply(ResponseCode.INVALID_PARAMETER, f"topicFilterType {filter_type!r} must be SINGLE_TAG or MULTI_TAG")
+        log.info("update_and_create_topic", topic=topic, peer=ctx.remote_addr)
+        self.c.topic_config_manager.update_topic_config(
+            TopicConfig(
+                topic_name=topic,
+                read_queue_nums=h.read_queue_nums,
+                write_queue_nums=h.write_queue_nums,
+                perm=h.perm,
+                topic_filter_type=filter_type,
+                topic_sys_flag=h.topic_sys_flag or 0,
+                order=h.order,
+            )
+        )
+        return reply(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(DeleteTopicRequestHeader, cmd)
+        topic = h.topic
+        bad = tv.validate_topic(topic)
+        if bad is not None:
+            return reply(ResponseCode.INVALID_PARAMETER, bad)
+        if self.c.topic_config_manager.is_system_topic(topic):
+            return reply(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
+        log.info("delete_topic", topic=topic, peer=ctx.remote_addr)
+        await self.c.delete_topic(topic)
+        return reply(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        wrapper = self.c.topic_config_manager.build_serialize_wrapper()
+        return reply(ResponseCode.SUCCESS, None, None, wrapper.encode())
+
+    def get_topic_name_list(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        body = TopicList(topic_list=self.c.topic_config_manager.topic_names(), broker_addr=self.c.broker_config.broker_addr)
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def get_system_topic_list(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        topics = sorted(self.c.topic_config_manager.system_topics)
+        return reply(ResponseCode.SUCCESS, None, None, TopicList(topic_list=topics).encode())
+
+    # ------------------------------------------------------------------ broker config
+
+    async def update_broker_config(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        if not cmd.body:
+            return reply(ResponseCode.SUCCESS)
+        try:
+            values = parse_properties(cmd.body_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, f"config body is not UTF-8: {e}")
+        log.info("update_broker_config", peer=ctx.remote_addr, keys=sorted(values))
+        try:
+            changed = await self.c.update_config(values)
+        except ConfigError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, str(e))
+        return reply(ResponseCode.SUCCESS, None if changed else "nothing changed")
+
+    def get_broker_config(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        ext = GetBrokerConfigResponseHeader(version=self.c.config_data_version.encode().decode()).encode()
+        return reply(ResponseCode.SUCCESS, None, ext, self.c.broker_config.to_properties().encode())
+
+    # ------------------------------------------------------------------ offsets in the store
+
+    async def search_offset_by_timestamp(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        h = decode_header(SearchOffsetRequestHeader, cmd)
+        off = self.c.message_store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
+        return reply(ResponseCode.SUCCESS, None, OffsetResponseHeader(offset=off).encode())
+
+    async def get_max_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        h = decode_header(TopicQueueRequestHeader, cmd)
+        off = self.c.message_store.get_max_offset_in_queue(h.topic, h.queue_id)
+        return reply(ResponseCode.SUCCESS, None, OffsetResponseHeader(offset=off).encode())
+
+    async def get_min_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        h = decode_header(TopicQueueRequestHeader, cmd)
+        # RocketMQ creates a missing consume queue on demand, so a never-used queue starts at 0.
+        off = max(0, self.c.message_store.get_min_offset_in_queue(h.topic, h.queue_id))
+        return reply(ResponseCode.SUCCESS, None, OffsetResponseHeader(offset=off).encode())
+
+    async def get_earliest_msg_storetime(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        h = decode_header(TopicQueueRequestHeader, cmd)
+        ts = self.c.message_store.get_earliest_message_time(h.topic, h.queue_id)
+        return reply(ResponseCode.SUCCESS, None, GetEarliestMsgStoretimeResponseHeader(timestamp=ts).encode())
+
+    # ------------------------------------------------------------------ runtime info and stats
+
+    def prepare_runtime_info(self) -> dict[str, str]:
+        c = self.c
+        info: dict[str, str] = {}
+        try:
+            info.update({str(k): str(v) for k, v in c.message_store.runtime_info().items()})
+        except Exception as e:  # stats must not fail the request
+            log.warning("store_runtime_info_failed", error=str(e))
+        info.update(c.broker_stats.runtime_info())
+        info["brokerVersionDesc"] = BROKER_VERSION_DESC
+        info["brokerVersion"] = str(BROKER_VERSION)
+        info["bootTimestamp"] = str(int(c.boot_timestamp * 1000))
+        info["runtime"] = _runtime(c.boot_timestamp)
+        store = c.message_store
+        info.setdefault("commitLogMinOffset", str(store.get_commit_log_min_offset()))
+        info.setdefault("commitLogMaxOffset", str(store.get_commit_log_max_offset()))
+        for name, cap in (
+            ("send", c.broker_config.sendThreadPoolQueueCapacity),
+            ("pull", c.broker_config.pullThreadPoolQueueCapacity),
+            ("query", c.broker_config.queryThreadPoolQueueCapacity),
+        ):
+            info[f"{name}ThreadPoolQueueSize"] = str(c.pending_in_group(name))
+            info[f"{name}ThreadPoolQueueCapacity"] = str(cap)
+        info["heldPullRequests"] = str(c.pull_request_hold_service.held)
+        info["startAcceptSendRequestTimeStamp"] = str(c.broker_config.startAcceptSendRequestTimeStamp)
+        root = c.store_config.storePathRootDir
+        if os.path.isdir(root):
+            try:
+                du = shutil.disk_usage(root)
+                info["commitLogDirCapacity"] = f"Total : {_human_bytes(du.total)}, Free : {_human_bytes(du.free)}."
+            except OSError:
+                pass
+        return info
+
+    def get_broker_runtime_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        return reply(ResponseCode.SUCCESS, None, None, KVTable(table=self.prepare_runtime_info()).encode())
+
+    async def get_topic_stats_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        h = decode_header(GetTopicStatsInfoRequestHeader, cmd)
+        tc = self.c.topic_config_manager.select_topic_config(h.topic)
+        if tc is None:
+            return reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = self.c.message_store
+        table = TopicStatsTable()
+        for qid in range(tc.write_queue_nums):
+            mq = MessageQueue(topic=h.topic, broker_name=self.c.broker_config.brokerName, queue_id=qid)
+            mn = max(0, store.get_min_offset_in_queue(h.topic, qid))
+            mx = max(0, store.get_max_offset_in_queue(h.topic, qid))
+            ts = store.get_message_store_timestamp(h.topic, qid, mx - 1) if mx > 0 else 0
+            table.offset_table[mq] = TopicOffset(min_offset=mn, max_offset=mx, last_update_timestamp=max(0, ts))
+        return reply(ResponseCode.SUCCESS, None, None, table.encode())
+
+    async def get_consume_stats(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        await await_dispatch(self.c.message_store)
+        c = self.c
+        h = decode_header(GetConsumeStatsRequestHeader, cmd)
+        group = h.consumer_group
+        topics = {h.topic} if h.topic else c.consumer_offset_manager.which_topic_by_consumer(group)
+        stats = ConsumeStats()
+        store = c.message_store
+        for topic in sorted(topics):
+            tc = c.topic_config_manager.select_topic_config(topic)
+            if tc is None:
+                continue
+            if (
+                c.consumer_manager.find_subscription_data(group, topic) is None
+                and c.consumer_manager.find_subscription_data_count(group) > 0
+            ):
+                continue
+            for qid in range(tc.read_queue_nums):
+                mq = MessageQueue(topic=topic, broker_name=c.broker_config.brokerName, queue_id=qid)
+                broker_off = max(0, store.get_max_offset_in_queue(topic, qid))
+                consumer_off = max(0, c.consumer_offset_manager.query_offset(group, topic, qid))
+                last_ts = 0
+                if consumer_off > 0:
+                    last_ts = max(0, store.get_message_store_timestamp(topic, qid, consumer_off - 1))
+                stats.offset_table[mq] = OffsetWrapper(
+                    broker_offset=broker_off, consumer_offset=consumer_off, last_timestamp=last_ts
+                )
+        return reply(ResponseCode.SUCCESS, None, None, stats.encode())
+
+    # ------------------------------------------------------------------ clients
+
+    def get_consumer_connection_list(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(GetConsumerConnectionListRequestHeader, cmd)
+        gi = self.c.consumer_manager.get_consumer_group_info(h.consumer_group)
+        if gi is None or not gi.channel_info_table:
+            return reply(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumer_group}] not online")
+        body = ConsumerConnection(
+            consume_type=gi.consume_type,
+            message_model=gi.message_model,
+            consume_from_where=gi.consume_from_where,
+            subscription_table=dict(gi.subscription_table),
+            connection_set=[
+                Connection(client_id=i.client_id, client_addr=i.remote_addr, language=i.language.name, version=i.version)
+                for i in gi.channel_info_table.values()
+            ],
+        )
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def get_producer_connection_list(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(GetProducerConnectionListRequestHeader, cmd)
+        table = self.c.producer_manager.get_group_channels(h.producer_group)
+        if not table:
+            return reply(ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist")
+        body = ProducerConnection(
+            connection_set=[
+                Connection(client_id=i.client_id, client_addr=i.remote_addr, language=i.language.name, version=i.version)
+                for i in table.values()
+            ]
+        )
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def query_topic_consume_by_who(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(QueryTopicConsumeByWhoRequestHeader, cmd)
+        groups = self.c.consumer_manager.query_topic_consume_by_who(h.topic)
+        groups |= self.c.consumer_offset_manager.which_group_by_topic(h.topic)
+        return reply(ResponseCode.SUCCESS, None, None, GroupList(group_list=sorted(groups)).encode())
+
+    async def get_consumer_running_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(GetConsumerRunningInfoRequestHeader, cmd)
+        info = self.c.consumer_manager.find_channel(h.consumer_group, h.client_id)
+        if info is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.consumer_group}> <{h.client_id}> not online")
+        fwd = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}), cmd.body)
+        try:
+            resp = await self.c.broker2client.call_client(info.conn, fwd, 10000)
+        except RemotingTimeoutError as e:
+            return reply(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumer_group}> <{h.client_id}> Timeout: {e}")
+        except RemotingError as e:
+            return reply(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{h.consumer_group}> <{h.client_id}> failed: {e}")
+        return reply(resp.code, resp.remark, resp.ext_fields, resp.body)
+
+    # ------------------------------------------------------------------ orderly locks
+
+    def lock_batch_mq(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            body = LockBatchRequestBody.decode(cmd.body)
+        except ValueError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, f"bad LOCK_BATCH_MQ body: {str(e).splitlines()[0]}")
+        locked = self.c.rebalance_lock_manager.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
+        return reply(ResponseCode.SUCCESS, None, None, LockBatchResponseBody(lock_ok_mq_set=sorted(
+            locked, key=lambda m: (m.topic, m.broker_name, m.queue_id))).encode())
+
+    def unlock_batch_mq(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            body = UnlockBatchRequestBody.decode(cmd.body)
+        except ValueError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, f"bad UNLOCK_BATCH_MQ body: {str(e).splitlines()[0]}")
+        self.c.rebalance_lock_manager.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+        return reply(ResponseCode.SUCCESS)
+
+    # ------------------------------------------------------------------ subscription groups
+
+    def update_and_create_subscription_group(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            cfg = SubscriptionGroupConfig.decode(cmd.body)
+        except ValueError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, f"bad SubscriptionGroupConfig body: {str(e).splitlines()[0]}")
+        if not cfg.group_name or tv.is_topic_or_group_illegal(cfg.group_name):
+            return reply(ResponseCode.INVALID_PARAMETER,
+                         f"the group name [{cfg.group_name}] is blank or contains illegal characters")
+        log.info("update_and_create_subscription_group", group=cfg.group_name, peer=ctx.remote_addr)
+        self.c.subscription_group_manager.update_subscription_group_config(cfg)
+        return reply(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        return reply(ResponseCode.SUCCESS, None, None, self.c.subscription_group_manager.wrapper().encode())
+
+    def delete_subscription_group(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(DeleteSubscriptionGroupRequestHeader, cmd)
+        log.info("delete_subscription_group", group=h.group_name, clean_offset=h.clean_offset, peer=ctx.remote_addr)
+        self.c.subscription_group_manager.delete_subscription_group_config(h.group_name)
+        if h.clean_offset:
+            self.c.consumer_offset_manager.remove_offset(h.group_name)
+            self.c.consumer_offset_manager.request_persist()
+        return reply(ResponseCode.SUCCESS)
+
+    # ------------------------------------------------------------------ consumer offsets
+
+    def get_all_consumer_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        return reply(ResponseCode.SUCCESS, None, None, self.c.consumer_offset_manager.encode_snapshot().encode())
+
+    def get_all_delay_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        provider = self.c.delay_offset_provider
+        text = provider() if provider is not None else '{"offsetTable":{}}'
+        return reply(ResponseCode.SUCCESS, None, None, text.encode())
+
+    def reset_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        h = decode_header(ResetOffsetRequestHeader, cmd)
+        log.info("reset_offset", topic=h.topic, group=h.group, timestamp=h.timestamp, force=h.is_force,
+                 peer=ctx.remote_addr)
+        return self.c.broker2client.reset_offset(h.topic, h.group, h.timestamp, h.is_force)
+

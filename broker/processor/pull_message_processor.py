@@ -1,0 +1,272 @@
+"""PullMessageProcessor: PULL_MESSAGE (11), with long polling through PullRequestHoldService.
+
+Status mapping follows RocketMQ 4.9.4's PullMessageProcessor:
+FOUND -> SUCCESS (body = the stored records, joined once); MESSAGE_WAS_REMOVING and
+NO_MATCHED_MESSAGE -> PULL_RETRY_IMMEDIATELY; NO_MATCHED_LOGIC_QUEUE / NO_MESSAGE_IN_QUEUE ->
+PULL_OFFSET_MOVED unless the pull was from offset 0 (then PULL_NOT_FOUND); OFFSET_FOUND_NULL and
+OFFSET_OVERFLOW_ONE -> PULL_NOT_FOUND; OFFSET_OVERFLOW_BADLY and OFFSET_TOO_SMALL -> PULL_OFFSET_MOVED.
+A PULL_NOT_FOUND pull with the suspend flag is held (not answered) until a matching message arrives
+or its suspend timeout passes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from broker import mix_all
+from broker.filter import ExpressionMessageFilter, SubscriptionParseError, is_tag_type
+from broker.longpolling.pull_request_hold_service import PullRequest
+from broker.mix_all import PullSysFlag
+from broker.processor.common import BadRequest, await_dispatch, decode_header, now_ms, parse_host, reply
+from broker.topic import topic_validator as tv
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RequestContext
+from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from remoting.message import MessageConst, PermName, encode_properties, java_string_hash
+from store.message import MessageExtBrokerInner
+from store.results import GetMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+S = GetMessageStatus
+_STATUS_CODE: dict[GetMessageStatus, int] = {
+    S.FOUND: ResponseCode.SUCCESS,
+    S.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    S.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    S.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+_FILTER_CACHE_MAX = 4096
+_AWAIT_DISPATCH = object()  # _process: "retry once the store has dispatched recent writes"
+
+
+class PullMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        # Parsed `subscription` expressions, shared by every pull using the same one.
+        self._filters: dict[tuple[str | None, str | None], ExpressionMessageFilter] = {}
+
+    # ------------------------------------------------------------------ entry points
+
+    def process_request(
+        self, ctx: RequestContext, cmd: RemotingCommand
+    ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        """Synchronous on the hot path; a coroutine only in the rare wait-for-dispatch case."""
+        bc = self.c.broker_config
+        if bc.brokerFastFailureEnable:
+            waited = ctx.queued_ms()
+            if waited > bc.waitTimeMillsInPullQueue:
+                return reply(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
+                    f"{int(waited)}ms, size of queue: {self.c.pending_in_group('pull')}",
+                )
+        try:
+            result = self._process(ctx, cmd, broker_allow_suspend=True)
+        except BadRequest as e:
+            return e.response
+        if result is _AWAIT_DISPATCH:
+            return self._after_dispatch(ctx, cmd)
+        return result
+
+    async def _after_dispatch(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        """A pull that would not be held found nothing while the store still had undispatched
+        writes: wait for them (bounded) so a reader sees what was acknowledged before its pull."""
+        await await_dispatch(self.c.message_store)
+        try:
+            return self._process(ctx, cmd, broker_allow_suspend=True, dispatch_checked=True)
+        except BadRequest as e:
+            return e.response
+
+    def execute_request_when_wakeup(self, req: PullRequest) -> None:
+        """Re-run a held pull (woken or timed out), without holding it again, and answer it."""
+        try:
+            response = self._process(req.ctx, req.request, broker_allow_suspend=False, dispatch_checked=True)
+        except BadRequest as e:
+            response = e.response
+        except Exception as e:  # never lose a held pull silently
+            log.exception("pull_wakeup_processing_failed", topic=req.topic, queue_id=req.queue_id)
+            response = reply(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if response is not None:
+            req.ctx.send_response(req.request, response)
+
+    # ------------------------------------------------------------------ the pull
+
+    def _message_filter(self, h: PullMessageRequestHeader, has_subscription_flag: bool) -> ExpressionMessageFilter:
+        c = self.c
+        if has_subscription_flag:
+            key = (h.subscription, h.expression_type)
+            f = self._filters.get(key)
+            if f is None:
+                try:
+                    f = ExpressionMessageFilter.parse(h.subscription, h.expression_type)
+                except SubscriptionParseError as e:
+                    raise BadRequest(reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                           f"parse the consumer's subscription failed: {e}")) from None
+                if len(self._filters) >= _FILTER_CACHE_MAX:
+                    self._filters.clear()
+                self._filters[key] = f
+            return f
+        gi = c.consumer_manager.get_consumer_group_info(h.consumer_group)
+        if gi is None:
+            raise BadRequest(reply(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                   f"the consumer's group info not exist, group {h.consumer_group}: send a heartbeat "
+                                   "first or pull with the subscription flag"))
+        sgc = c.subscription_group_manager.find_subscription_group_config(h.consumer_group, create=False)
+        if sgc is not None and not sgc.consume_broadcast_enable and gi.message_model == "BROADCASTING":
+            raise BadRequest(reply(ResponseCode.NO_PERMISSION,
+                                   f"the consumer group[{h.consumer_group}] can not consume by broadcast way"))
+        sd = gi.find_subscription_data(h.topic)
+        if sd is None:
+            raise BadRequest(reply(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                   f"the consumer's subscription not exist, group {h.consumer_group} topic {h.topic}"))
+        if sd.sub_version < h.sub_version:
+            raise BadRequest(reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"))
+        return ExpressionMessageFilter.from_subscription(sd)
+
+    def _process(
+        self, ctx: RequestContext, cmd: RemotingCommand, *, broker_allow_suspend: bool, dispatch_checked: bool = False
+    ) -> Any:
+        c = self.c
+        bc = c.broker_config
+        h = decode_header(PullMessageRequestHeader, cmd)
+        if not PermName.is_readable(bc.brokerPermission):
+            return reply(ResponseCode.NO_PERMISSION, f"the broker[{bc.brokerIP1}] pulling message is forbidden")
+
+        sgc = c.subscription_group_manager.find_subscription_group_config(h.consumer_group)
+        if sgc is None:
+            return reply(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.consumer_group}] does not exist (autoCreateSubscriptionGroup is off: "
+                "create it with updateSubGroup first)",
+            )
+        if not sgc.consume_enable:
+            return reply(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+
+        has_suspend = PullSysFlag.has_suspend_flag(h.sys_flag)
+        has_commit = PullSysFlag.has_commit_offset_flag(h.sys_flag)
+        has_subscription = PullSysFlag.has_subscription_flag(h.sys_flag)
+        suspend_timeout = h.suspend_timeout_millis if has_suspend else 0
+
+        tc = c.topic_config_manager.select_topic_config(h.topic)
+        if tc is None:
+            return reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not PermName.is_readable(tc.perm):
+            return reply(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                f"[{tc.read_queue_nums}] consumer:[{ctx.remote_addr}]",
+            )
+
+        message_filter = self._message_filter(h, has_subscription)
+        if not is_tag_type(message_filter.expression_type):
+            # SQL92 property filtering is not implemented yet: refuse rather than deliver unfiltered.
+            return reply(ResponseCode.SYSTEM_ERROR,
+                         f"The broker does not support consumer to filter message by {message_filter.expression_type}")
+
+        store = c.message_store
+        if h.queue_offset < 0:
+            # RocketMQ lets the store report OFFSET_TOO_SMALL; say it plainly and point at the queue start.
+            min_off = max(0, store.get_min_offset_in_queue(h.topic, h.queue_id))
+            max_off = max(0, store.get_max_offset_in_queue(h.topic, h.queue_id))
+            ext = PullMessageResponseHeader(
+                suggest_which_broker_id=mix_all.MASTER_ID, next_begin_offset=min_off, min_offset=min_off,
+                max_offset=max_off,
+            ).encode()
+            self._commit(ctx, h, has_commit and broker_allow_suspend)
+            return reply(ResponseCode.PULL_OFFSET_MOVED, f"pull offset {h.queue_offset} is negative", ext)
+
+        result = store.get_message(
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, message_filter
+        )
+        status = result.status
+        suggest = mix_all.MASTER_ID
+        if bc.slaveReadEnable:
+            suggest = sgc.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else sgc.broker_id
+        ext = PullMessageResponseHeader(
+            suggest_which_broker_id=suggest,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        ).encode()
+        if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
+            code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        else:
+            code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+
+        response: RemotingCommand | None
+        if code == ResponseCode.SUCCESS:
+            body = result.body()
+            result.release()
+            c.broker_stats.inc_get(h.consumer_group, h.topic, result.message_count, len(body))
+            response = reply(code, status.value, ext, body)
+        elif (
+            code == ResponseCode.PULL_NOT_FOUND
+            and not has_suspend
+            and not dispatch_checked
+            and store.dispatch_behind_bytes() > 0
+        ):
+            return _AWAIT_DISPATCH
+        elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
+            polling = suspend_timeout if bc.longPollingEnable else bc.shortPollingTimeMills
+            req = PullRequest(ctx, cmd, h.topic, h.queue_id, h.queue_offset, message_filter, polling)
+            if c.pull_request_hold_service.suspend_pull_request(req):
+                response = None
+            else:
+                response = reply(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"too many pull requests held ({c.pull_request_hold_service.held}); retry later",
+                )
+        else:
+            response = reply(code, status.value, ext)
+            if code == ResponseCode.PULL_OFFSET_MOVED:
+                log.info("pull_offset_moved", topic=h.topic, group=h.consumer_group, queue_id=h.queue_id,
+                         request_offset=h.queue_offset, new_offset=result.next_begin_offset, status=status.value)
+                self.generate_offset_moved_event(h, result.next_begin_offset)
+
+        self._commit(ctx, h, has_commit and broker_allow_suspend)
+        return response
+
+    def _commit(self, ctx: RequestContext, h: PullMessageRequestHeader, enabled: bool) -> None:
+        if enabled and self.c.store_config.brokerRole.value != "SLAVE":
+            self.c.consumer_offset_manager.commit_offset(
+                ctx.remote_addr, h.consumer_group, h.topic, h.queue_id, h.commit_offset
+            )
+
+    def generate_offset_moved_event(self, h: PullMessageRequestHeader, offset_new: int) -> None:
+        """Record the correction in OFFSET_MOVED_EVENT (tag = the group), as RocketMQ does."""
+        c = self.c
+        event = {
+            "consumerGroup": h.consumer_group,
+            "messageQueue": {"topic": h.topic, "brokerName": c.broker_config.brokerName, "queueId": h.queue_id},
+            "offsetRequest": h.queue_offset,
+            "offsetNew": offset_new,
+        }
+        props = {MessageConst.PROPERTY_TAGS: h.consumer_group, MessageConst.PROPERTY_KEYS: h.consumer_group}
+        msg = MessageExtBrokerInner(
+            topic=tv.RMQ_SYS_OFFSET_MOVED_EVENT,
+            body=json.dumps(event, separators=(",", ":")).encode(),
+            queue_id=0,
+            properties=props,
+            properties_string=encode_properties(props),
+            tags_code=java_string_hash(h.consumer_group),
+            born_timestamp=now_ms(),
+            born_host=parse_host(c.broker_config.broker_addr),
+            store_host=c.store_host,
+        )
+        c.spawn(c.message_store.put_message(msg), "offset_moved_event")
+

@@ -1,0 +1,501 @@
+"""SendMessageProcessor: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36).
+
+Extension points (delayed and transactional messages live in broker/schedule and broker/transaction):
+
+- `add_message_transformer(fn)`: fn(msg, send_ctx) is called, in registration order, with each
+  MessageExtBrokerInner of a single send or a send-back just before it is stored. It may rewrite the
+  message in place (e.g. DELAY -> SCHEDULE_TOPIC_XXXX, PREPARED -> RMQ_SYS_TRANS_HALF_TOPIC) and
+  returns None to go on, or a RemotingCommand to answer with instead of storing. It may be async.
+  Batches are not transformed (RocketMQ clients refuse delay/transaction in batches).
+- `handle_retry_and_dlq` (a method) decides %RETRY% -> %DLQ% for sends to a retry topic.
+- `put_message` (an attribute, default the store's put_message) stores one message; a feature may wrap it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from broker import mix_all
+from broker.mix_all import TopicSysFlag
+from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
+from broker.topic import topic_validator as tv
+from remoting.body import TopicConfig
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RequestContext
+from remoting.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+    decode_send_header_v2,
+)
+from remoting.message import (
+    MAX_PROPERTIES_LENGTH,
+    MessageConst,
+    MessageSysFlag,
+    PermName,
+    decode_properties,
+    encode_properties,
+    java_string_hash,
+)
+from store.message import MessageExtBrokerInner
+from store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger(__name__)
+
+MULTI_TAG = "MULTI_TAG"
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLEN
+_SHORT = struct.Struct(">h")
+
+TIMEOUT_CLEAN_QUEUE_REMARK = (
+    "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {}ms, size of queue: {}"
+)
+PC_BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+
+
+@dataclass(slots=True)
+class SendMessageContext:
+    """What a message transformer may want to know about the send it is part of."""
+
+    request_context: RequestContext | None
+    request: RemotingCommand | None
+    header: SendMessageRequestHeader | None
+    topic_config: TopicConfig | None
+    producer_group: str | None
+    origin_queue_id: int
+    send_back: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+MessageTransformer = Callable[
+    [MessageExtBrokerInner, SendMessageContext], RemotingCommand | None | Awaitable[RemotingCommand | None]
+]
+
+
+def tags_code_of(tags: str | None) -> int:
+    return java_string_hash(tags) if tags else 0
+
+
+def _is_v6(host: str) -> bool:
+    return ":" in host
+
+
+class SendMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.c = controller
+        self.message_transformers: list[MessageTransformer] = []
+        self.put_message: Callable[[MessageExtBrokerInner], Awaitable[PutMessageResult]] = (
+            controller.message_store.put_message
+        )
+        # Set by the controller: how many sends wait for a slot (for the flow-control remark).
+        self.queue_size: Callable[[], int] = lambda: 0
+
+    def add_message_transformer(self, fn: MessageTransformer) -> None:
+        self.message_transformers.append(fn)
+
+    # ------------------------------------------------------------------ entry point
+
+    async def process_request(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+        try:
+            if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                return await self.consumer_send_msg_back(ctx, cmd)
+            busy = self._flow_control(ctx)
+            if busy is not None:
+                return busy
+            if cmd.code == RequestCode.SEND_MESSAGE:
+                header = decode_header(SendMessageRequestHeader, cmd)
+            else:
+                try:
+                    header = decode_send_header_v2(cmd.ext_fields)
+                except ValueError as e:
+                    return reply(ResponseCode.INVALID_PARAMETER, str(e))
+            if cmd.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+                return await self.send_batch_message(ctx, cmd, header)
+            return await self.send_message(ctx, cmd, header)
+        except BadRequest as e:
+            return e.response
+
+    def _flow_control(self, ctx: RequestContext) -> RemotingCommand | None:
+        bc = self.c.broker_config
+        if bc.brokerFastFailureEnable:
+            waited = ctx.queued_ms()
+            if waited > bc.waitTimeMillsInSendQueue:
+                return reply(ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK.format(int(waited), self.queue_size()))
+        store = self.c.message_store
+        busy = getattr(store, "is_os_page_cache_busy", None) or getattr(
+            getattr(store, "commit_log", None), "is_os_page_cache_busy", None
+        )
+        if busy is not None and busy():
+            return reply(ResponseCode.SYSTEM_BUSY, PC_BUSY_REMARK)
+        return None
+
+    # ------------------------------------------------------------------ checks
+
+    def _response_ext(self) -> dict[str, str]:
+        bc = self.c.broker_config
+        return {
+            MessageConst.PROPERTY_MSG_REGION: bc.regionId,
+            MessageConst.PROPERTY_TRACE_SWITCH: "true" if bc.traceOn else "false",
+        }
+
+    def msg_check(self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader) -> TopicConfig:
+        """Validate a send; returns the (possibly auto-created) topic config or raises BadRequest."""
+        bc = self.c.broker_config
+        tcm = self.c.topic_config_manager
+        topic = header.topic
+        if bc.startAcceptSendRequestTimeStamp and now_ms() < bc.startAcceptSendRequestTimeStamp:
+            raise BadRequest(reply(ResponseCode.SYSTEM_ERROR, "broker unable to service, until "
+                                   f"{bc.startAcceptSendRequestTimeStamp}"))
+        if not PermName.is_writeable(bc.brokerPermission):
+            raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"the broker[{bc.brokerIP1}] sending message is forbidden"))
+        bad = tv.validate_topic(topic)
+        if bad is not None:
+            raise BadRequest(reply(ResponseCode.INVALID_PARAMETER, bad))
+        if tv.is_not_allowed_send_topic(topic):
+            raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."))
+        body_len = len(cmd.body) if cmd.body is not None else 0
+        max_size = bc.store_config.maxMessageSize
+        if body_len > max_size:
+            raise BadRequest(reply(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {body_len} bytes exceeds the broker's maxMessageSize {max_size} bytes",
+            ))
+        if header.properties is not None and len(header.properties.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
+            raise BadRequest(reply(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties are {len(header.properties)} characters long; the limit is 32767 bytes",
+            ))
+
+        tc = tcm.select_topic_config(topic)
+        if tc is None:
+            topic_sys_flag = 0
+            if header.unit_mode:
+                topic_sys_flag = (
+                    TopicSysFlag.build(False, True)
+                    if topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX)
+                    else TopicSysFlag.build(True, False)
+                )
+            tc = tcm.create_topic_in_send_message_method(
+                topic, header.default_topic or tv.AUTO_CREATE_TOPIC_KEY_TOPIC, ctx.remote_addr,
+                header.default_topic_queue_nums if header.default_topic_queue_nums > 0 else bc.defaultTopicQueueNums,
+                topic_sys_flag,
+            )
+            if tc is None and topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
+                tc = tcm.create_topic_in_send_message_back_method(
+                    topic, 1, PermName.PERM_WRITE | PermName.PERM_READ, topic_sys_flag
+                )
+            if tc is None:
+                raise BadRequest(reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"))
+        if not PermName.is_writeable(tc.perm):
+            raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"))
+        limit = max(tc.write_queue_nums, tc.read_queue_nums)
+        if header.queue_id >= limit:
+            raise BadRequest(reply(
+                ResponseCode.INVALID_PARAMETER,
+                f"request queueId[{header.queue_id}] is illegal, topic {topic} has {tc.write_queue_nums} write "
+                f"queues (valid queueId 0..{limit - 1}, or -1 to let the broker choose)",
+            ))
+        return tc
+
+    def _choose_queue(self, header: SendMessageRequestHeader, tc: TopicConfig) -> int:
+        if header.queue_id >= 0:
+            return header.queue_id
+        if tc.write_queue_nums <= 0:
+            raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"topic[{tc.topic_name}] has no write queue"))
+        return random.randrange(tc.write_queue_nums)
+
+    def handle_retry_and_dlq(
+        self, header: SendMessageRequestHeader, cmd: RemotingCommand, msg: MessageExtBrokerInner, tc: TopicConfig
+    ) -> None:
+        """A send to %RETRY%<group> past the group's max reconsume times goes to %DLQ%<group> instead."""
+        topic = header.topic
+        if topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
+            group = topic[len(mix_all.RETRY_GROUP_TOPIC_PREFIX):]
+            sgc = self.c.subscription_group_manager.find_subscription_group_config(group)
+            if sgc is None:
+                raise BadRequest(reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"))
+            max_reconsume = sgc.retry_max_times
+            if header.max_reconsume_times is not None:
+                max_reconsume = header.max_reconsume_times
+            reconsume = header.reconsume_times or 0
+            if reconsume >= max_reconsume:
+                dlq = mix_all.get_dlq_topic(group)
+                self.c.topic_config_manager.create_topic_in_send_message_back_method(
+                    dlq, mix_all.DLQ_NUMS_PER_GROUP, PermName.PERM_WRITE | PermName.PERM_READ, 0
+                )
+                msg.topic = dlq
+                msg.queue_id = random.randrange(mix_all.DLQ_NUMS_PER_GROUP)
+                msg.properties.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
+                msg.properties_string = ""
+                log.info("message_to_dlq", group=group, reconsume_times=reconsume, max_reconsume_times=max_reconsume)
+        sys_flag = header.sys_flag
+        if tc.topic_filter_type == MULTI_TAG:
+            sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
+        msg.sys_flag = sys_flag
+
+    def _set_hosts(self, msg: MessageExtBrokerInner, ctx: RequestContext | None) -> None:
+        if ctx is not None:
+            msg.born_host = parse_host(ctx.remote_addr)
+        msg.store_host = self.c.store_host
+        if _is_v6(msg.born_host[0]):
+            msg.sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if _is_v6(msg.store_host[0]):
+            msg.sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+
+    async def _transform(self, msg: MessageExtBrokerInner, sctx: SendMessageContext) -> RemotingCommand | None:
+        for fn in self.message_transformers:
+            r = fn(msg, sctx)
+            if inspect.isawaitable(r):
+                r = await r
+            if r is not None:
+                return r
+        return None
+
+    # ------------------------------------------------------------------ single send
+
+    async def send_message(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        tc = self.msg_check(ctx, cmd, header)
+        queue_id = self._choose_queue(header, tc)
+        props = decode_properties(header.properties)
+        msg = MessageExtBrokerInner(topic=header.topic, queue_id=queue_id, properties=props)
+        self.handle_retry_and_dlq(header, cmd, msg, tc)
+        msg.body = cmd.body_bytes()
+        msg.flag = header.flag
+        msg.born_timestamp = header.born_timestamp
+        msg.reconsume_times = header.reconsume_times or 0
+        self._set_hosts(msg, ctx)
+        props = msg.properties
+        props[MessageConst.PROPERTY_CLUSTER] = self.c.broker_config.brokerClusterName
+        msg.tags_code = tags_code_of(props.get(MessageConst.PROPERTY_TAGS))
+        # WAIT is for the broker only: keep it in the dict (the store reads it), not in the stored bytes.
+        wait = props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+        msg.properties_string = encode_properties(props)
+        if wait is not None:
+            props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = wait
+        if (
+            props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
+            and self.c.broker_config.rejectTransactionMessage
+        ):
+            return reply(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.c.broker_config.brokerIP1}] sending transaction message is forbidden",
+            )
+        sctx = SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id)
+        stop = await self._transform(msg, sctx)
+        if stop is not None:
+            return stop
+        result = await self.put_message(msg)
+        return self.handle_put_message_result(result, msg, queue_id, len(msg.body))
+
+    # ------------------------------------------------------------------ batch send
+
+    def decode_batch(self, body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+        """MessageDecoder.encodeMessages records -> [(flag, body, properties)]; BadRequest when malformed."""
+        out: list[tuple[int, bytes, dict[str, str]]] = []
+        pos, end = 0, len(body)
+        mv = memoryview(body)
+        while pos < end:
+            if end - pos < _BATCH_HEAD.size + 2:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: truncated message header at byte {pos}"))
+            total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
+            if total < _BATCH_HEAD.size + 2 or pos + total > end:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
+            bpos = pos + _BATCH_HEAD.size
+            if body_len < 0 or bpos + body_len + 2 > pos + total:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has body length {body_len}"))
+            m_body = bytes(mv[bpos:bpos + body_len])
+            ppos = bpos + body_len
+            (props_len,) = _SHORT.unpack_from(mv, ppos)
+            ppos += 2
+            if props_len < 0 or ppos + props_len != pos + total:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has inconsistent sizes"))
+            props = decode_properties(mv[ppos:ppos + props_len]) if props_len else {}
+            out.append((flag, m_body, props))
+            pos += total
+        if not out:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
+        return out
+
+    async def send_batch_message(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        tc = self.msg_check(ctx, cmd, header)
+        if header.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
+            return reply(ResponseCode.MESSAGE_ILLEGAL, "retry topics are not supported for batch sends")
+        queue_id = self._choose_queue(header, tc)
+        batch_props = decode_properties(header.properties)
+        batch_props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+        batch_props[MessageConst.PROPERTY_CLUSTER] = self.c.broker_config.brokerClusterName
+        sys_flag = header.sys_flag
+        if tc.topic_filter_type == MULTI_TAG:
+            sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
+        born_host = parse_host(ctx.remote_addr)
+        msgs: list[MessageExtBrokerInner] = []
+        total_body = 0
+        for flag, body, props in self.decode_batch(cmd.body_bytes()):
+            wait = props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+            for k, v in batch_props.items():
+                props.setdefault(k, v)
+            ps = encode_properties(props)
+            if len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
+                return reply(ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes")
+            if wait is not None:
+                props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = wait
+            msg = MessageExtBrokerInner(
+                topic=header.topic,
+                body=body,
+                queue_id=queue_id,
+                flag=flag,
+                properties=props,
+                properties_string=ps,
+                tags_code=tags_code_of(props.get(MessageConst.PROPERTY_TAGS)),
+                sys_flag=sys_flag,
+                born_timestamp=header.born_timestamp,
+                born_host=born_host,
+                reconsume_times=header.reconsume_times or 0,
+            )
+            self._set_hosts(msg, None)
+            msgs.append(msg)
+            total_body += len(body)
+        result = await self.c.message_store.put_messages(msgs)
+        return self.handle_put_message_result(result, msgs[0], queue_id, total_body, batch=len(msgs))
+
+    # ------------------------------------------------------------------ result
+
+    def handle_put_message_result(
+        self, result: PutMessageResult | None, msg: MessageExtBrokerInner, queue_id: int, body_size: int,
+        batch: int = 0,
+    ) -> RemotingCommand:
+        if result is None:
+            return reply(ResponseCode.SYSTEM_ERROR, "store putMessage return null")
+        status = result.status
+        ok_code = _SEND_OK_CODES.get(status)
+        if ok_code is None or result.append_result is None:
+            self.c.broker_stats.send_failures += 1
+            code, remark = self._failure(status, result)
+            log.debug("send_failed", topic=msg.topic, status=status.value, remark=remark)
+            return reply(code, remark)
+        ar = result.append_result
+        self.c.broker_stats.inc_put(msg.topic, ar.msg_num or max(1, batch), ar.wrote_bytes)
+        uniq = None if batch else msg.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        ext = SendMessageResponseHeader(
+            msg_id=ar.msg_id, queue_id=queue_id, queue_offset=ar.logics_offset, transaction_id=uniq
+        ).encode()
+        ext.update(self._response_ext())
+        return reply(ok_code, None, ext)
+
+    def _failure(self, status: PutMessageStatus, result: PutMessageResult) -> tuple[int, str]:
+        S = PutMessageStatus
+        if status == S.CREATE_MAPEDFILE_FAILED:
+            return ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."
+        if status in (S.MESSAGE_ILLEGAL, S.PROPERTIES_SIZE_EXCEEDED):
+            return ResponseCode.MESSAGE_ILLEGAL, (
+                result.remark
+                or "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
+                f"{self.c.broker_config.store_config.maxMessageSize}B, msg properties length limit 32KB."
+            )
+        if status == S.SERVICE_NOT_AVAILABLE:
+            return ResponseCode.SERVICE_NOT_AVAILABLE, (
+                "service not available now. It may be caused by one of the following reasons: the broker's disk "
+                "is full, messages are put to the slave, message store has been shut down, etc."
+                + (f" ({result.remark})" if result.remark else "")
+            )
+        if status == S.OS_PAGECACHE_BUSY:
+            return ResponseCode.SYSTEM_BUSY, PC_BUSY_REMARK
+        return ResponseCode.SYSTEM_ERROR, result.remark or status.value
+
+    # ------------------------------------------------------------------ consumer send back (retry / DLQ)
+
+    async def consumer_send_msg_back(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """A consumer failed a message: store a copy in %RETRY%<group> (delayed) or %DLQ%<group>."""
+        c = self.c
+        h = decode_header(ConsumerSendMsgBackRequestHeader, cmd)
+        sgc = c.subscription_group_manager.find_subscription_group_config(h.group)
+        if sgc is None:
+            return reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
+        if not PermName.is_writeable(c.broker_config.brokerPermission):
+            return reply(ResponseCode.NO_PERMISSION,
+                         f"the broker[{c.broker_config.brokerIP1}] sending message is forbidden")
+        if sgc.retry_queue_nums <= 0:
+            return reply(ResponseCode.SUCCESS)
+        new_topic = mix_all.get_retry_topic(h.group)
+        queue_id = random.randrange(sgc.retry_queue_nums)
+        topic_sys_flag = TopicSysFlag.build(False, True) if h.unit_mode else 0
+        tc = c.topic_config_manager.create_topic_in_send_message_back_method(
+            new_topic, sgc.retry_queue_nums, PermName.PERM_WRITE | PermName.PERM_READ, topic_sys_flag
+        )
+        if not PermName.is_writeable(tc.perm):
+            return reply(ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+        msg_ext = c.message_store.look_message_by_offset(h.offset)
+        if inspect.isawaitable(msg_ext):
+            msg_ext = await msg_ext
+        if msg_ext is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+        props = dict(msg_ext.properties)
+        if MessageConst.PROPERTY_RETRY_TOPIC not in props:
+            props[MessageConst.PROPERTY_RETRY_TOPIC] = msg_ext.topic
+        props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
+        delay_level = h.delay_level
+        max_reconsume = h.max_reconsume_times if h.max_reconsume_times is not None else sgc.retry_max_times
+        if msg_ext.reconsume_times >= max_reconsume or delay_level < 0:
+            new_topic = mix_all.get_dlq_topic(h.group)
+            queue_id = random.randrange(mix_all.DLQ_NUMS_PER_GROUP)
+            c.topic_config_manager.create_topic_in_send_message_back_method(
+                new_topic, mix_all.DLQ_NUMS_PER_GROUP, PermName.PERM_WRITE | PermName.PERM_READ, 0
+            )
+            props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
+            log.info("message_to_dlq", group=h.group, offset=h.offset, reconsume_times=msg_ext.reconsume_times)
+        else:
+            if delay_level == 0:
+                delay_level = 3 + msg_ext.reconsume_times
+            props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        origin = props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID)
+        props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = origin or msg_ext.msg_id
+        msg = MessageExtBrokerInner(
+            topic=new_topic,
+            body=msg_ext.body,
+            queue_id=queue_id,
+            flag=msg_ext.flag,
+            properties=props,
+            tags_code=tags_code_of(props.get(MessageConst.PROPERTY_TAGS)),
+            sys_flag=msg_ext.sys_flag,
+            born_timestamp=msg_ext.born_timestamp,
+            born_host=msg_ext.born_host,
+            store_host=msg_ext.store_host,
+            reconsume_times=msg_ext.reconsume_times + 1,
+        )
+        msg.properties_string = encode_properties(props)
+        sctx = SendMessageContext(ctx, cmd, None, tc, None, queue_id, send_back=True, extra={"group": h.group})
+        stop = await self._transform(msg, sctx)
+        if stop is not None:
+            return stop
+        result = await self.put_message(msg)
+        if result is not None and result.status == PutMessageStatus.PUT_OK:
+            c.broker_stats.send_back_nums += 1
+            return reply(ResponseCode.SUCCESS)
+        return reply(ResponseCode.SYSTEM_ERROR, result.status.value if result is not None else "putMessageResult is null")
+
+
+_SEND_OK_CODES: dict[PutMessageStatus, int] = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}

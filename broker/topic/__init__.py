@@ -1,0 +1,1 @@
+"""Topic configuration and topic name rules."""

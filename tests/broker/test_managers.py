@@ -1,0 +1,329 @@
+"""Managers in isolation: topics, groups, offsets, filters, locks, consumers, held pulls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker.client.client_channel_info import ClientChannelInfo
+from broker.client.consumer_manager import ConsumerGroupEvent, ConsumerManager
+from broker.client.producer_manager import ProducerManager
+from broker.client.rebalance_lock_manager import RebalanceLockManager
+from broker.config import BrokerConfig
+from broker.filter import ExpressionMessageFilter, SubscriptionParseError, build_subscription_data
+from broker.longpolling.pull_request_hold_service import PullRequest, PullRequestHoldService
+from broker.offset.consumer_offset_manager import ConsumerOffsetManager
+from broker.subscription.subscription_group_manager import SubscriptionGroupManager
+from broker.topic.topic_config_manager import TopicConfigManager
+from broker.topic.topic_validator import validate_topic
+from remoting.body import MessageQueue, SubscriptionData, TopicConfig
+from remoting.message import PermName, java_string_hash
+
+
+def cfg(tmp_path: Path, **kw: object) -> BrokerConfig:
+    return BrokerConfig.from_values(
+        {"storePathRootDir": str(tmp_path), "brokerName": "bk", "brokerClusterName": "Cl", **kw}
+    )
+
+
+# ---------------------------------------------------------------------------------------- topics
+
+
+def test_system_topics_at_start(tmp_path: Path) -> None:
+    tcm = TopicConfigManager(cfg(tmp_path))
+    t = tcm.topic_config_table
+    assert t["TBW102"].perm == PermName.PERM_INHERIT | PermName.PERM_READ | PermName.PERM_WRITE
+    assert t["TBW102"].write_queue_nums == 8
+    assert t["SCHEDULE_TOPIC_XXXX"].read_queue_nums == 18
+    assert t["RMQ_SYS_TRANS_HALF_TOPIC"].write_queue_nums == 1
+    assert t["RMQ_SYS_TRANS_OP_HALF_TOPIC"].write_queue_nums == 1
+    for name in ("SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "Cl", "bk", "Cl_REPLY_TOPIC"):
+        assert name in t
+        assert tcm.is_system_topic(name)
+    assert tcm.is_system_topic("rmq_sys_anything")
+    assert not tcm.is_system_topic("Orders")
+    assert "TBW102" not in TopicConfigManager(cfg(tmp_path, autoCreateTopicEnable="false")).topic_config_table
+
+
+def test_auto_create_takes_min_of_client_and_template(tmp_path: Path) -> None:
+    tcm = TopicConfigManager(cfg(tmp_path))
+    changes: list[str] = []
+    tcm.add_change_listener(changes.append)
+    v0 = tcm.data_version.counter
+    tc = tcm.create_topic_in_send_message_method("New", "TBW102", "1.2.3.4:5", 4)
+    assert tc is not None and tc.read_queue_nums == tc.write_queue_nums == 4
+    assert tc.perm == PermName.PERM_READ | PermName.PERM_WRITE  # inherit bit dropped
+    assert changes == ["New"] and tcm.data_version.counter == v0 + 1
+    big = tcm.create_topic_in_send_message_method("Big", "TBW102", "x", 64)
+    assert big is not None and big.write_queue_nums == 8
+    # A template that is not inheritable, or missing, creates nothing.
+    tcm.update_topic_config(TopicConfig(topic_name="Tmpl", perm=6))
+    assert tcm.create_topic_in_send_message_method("X", "Tmpl", "x", 4) is None
+    assert tcm.create_topic_in_send_message_method("X", "NoSuchTemplate", "x", 4) is None
+
+
+def test_auto_create_off_refuses_even_a_persisted_template(tmp_path: Path) -> None:
+    on = TopicConfigManager(cfg(tmp_path))
+    on.persist_now()
+    off = TopicConfigManager(cfg(tmp_path, autoCreateTopicEnable="false"))
+    assert off.load()
+    off.after_load()
+    assert "TBW102" not in off.topic_config_table
+    assert off.create_topic_in_send_message_method("New", "TBW102", "x", 4) is None
+
+
+def test_topics_persist_and_load(tmp_path: Path) -> None:
+    a = TopicConfigManager(cfg(tmp_path))
+    a.update_topic_config(TopicConfig(topic_name="Orders", read_queue_nums=3, write_queue_nums=3, perm=6, order=True))
+    a.create_topic_in_send_message_back_method("%RETRY%g1", 1, 6)
+    a.persist_now()
+    data = json.loads((tmp_path / "config" / "topics.json").read_text())
+    assert data["topicConfigTable"]["Orders"]["readQueueNums"] == 3
+    assert "dataVersion" in data
+    b = TopicConfigManager(cfg(tmp_path))
+    assert b.load()
+    assert b.topic_config_table["Orders"].order is True
+    assert b.topic_config_table["%RETRY%g1"].write_queue_nums == 1
+    assert b.data_version.counter == a.data_version.counter
+    assert b.delete_topic_config("Orders") and not b.delete_topic_config("Orders")
+
+
+def test_corrupt_file_falls_back_to_backup(tmp_path: Path) -> None:
+    a = TopicConfigManager(cfg(tmp_path))
+    a.update_topic_config(TopicConfig(topic_name="First"))  # no loop: written at once
+    a.persist_now()  # the previous write is kept as topics.json.bak
+    (tmp_path / "config" / "topics.json").write_text("{not json")
+    b = TopicConfigManager(cfg(tmp_path))
+    assert b.load()
+    assert "First" in b.topic_config_table
+    (tmp_path / "config" / "topics.json.bak").write_text("{not json either")
+    assert not TopicConfigManager(cfg(tmp_path)).load()
+
+
+async def test_persist_requests_coalesce(tmp_path: Path) -> None:
+    m = TopicConfigManager(cfg(tmp_path))
+    writes = 0
+    orig = m.encode
+
+    def counting() -> str:
+        nonlocal writes
+        writes += 1
+        return orig()
+
+    m.encode = counting  # type: ignore[method-assign]
+    for i in range(20):
+        m.update_topic_config(TopicConfig(topic_name=f"T{i}"))
+    await m.wait_persisted()
+    assert 1 <= writes <= 2
+    assert "T19" in json.loads((tmp_path / "config" / "topics.json").read_text())["topicConfigTable"]
+
+
+@pytest.mark.parametrize(
+    ("topic", "ok"),
+    [("Abc_1-x", True), ("%RETRY%g", True), ("a|b", True), ("", False), ("has space", False), ("t.dot", False),
+     ("x" * 127, True), ("x" * 128, False)],
+)
+def test_topic_name_rule(topic: str, ok: bool) -> None:
+    assert (validate_topic(topic) is None) is ok
+
+
+# ---------------------------------------------------------------------------------------- groups and offsets
+
+
+def test_subscription_group_auto_create(tmp_path: Path) -> None:
+    on = SubscriptionGroupManager(cfg(tmp_path))
+    g = on.find_subscription_group_config("G1")
+    assert g is not None and g.retry_max_times == 16 and g.retry_queue_nums == 1 and g.consume_enable
+    off = SubscriptionGroupManager(cfg(tmp_path, autoCreateSubscriptionGroup="false"))
+    assert off.find_subscription_group_config("G1") is None
+    assert off.find_subscription_group_config("CID_RMQ_SYS_X") is not None  # system groups always
+    on.persist_now()
+    again = SubscriptionGroupManager(cfg(tmp_path, autoCreateSubscriptionGroup="false"))
+    assert again.load() and again.find_subscription_group_config("G1") is not None
+
+
+def test_offsets_shape_and_java_style_file(tmp_path: Path) -> None:
+    m = ConsumerOffsetManager(cfg(tmp_path))
+    assert m.query_offset("g", "T", 0) == -1
+    m.commit_offset("c", "g", "T", 0, 12)
+    m.commit_offset("c", "g", "T", 1, 7)
+    m.commit_offset("c", "g2", "U", 0, 3)
+    assert m.dirty
+    data = json.loads(m.encode())
+    assert data == {"offsetTable": {"T@g": {"0": 12, "1": 7}, "U@g2": {"0": 3}}}
+    assert not m.dirty
+    m.decode('{"offsetTable":{"T@g":{0:5,1:6}}}')  # fastjson writes int keys unquoted
+    assert m.query_offset("g", "T", 1) == 6
+    m.decode(json.dumps(data))
+    assert m.which_topic_by_consumer("g") == {"T"}
+    assert m.which_group_by_topic("U") == {"g2"}
+    m.remove_topic("T")
+    assert m.query_offset("g", "T", 0) == -1 and m.query_offset("g2", "U", 0) == 3
+    m.remove_offset("g2")
+    assert m.offset_table == {}
+
+
+# ---------------------------------------------------------------------------------------- filters
+
+
+def test_subscription_expression_parsing() -> None:
+    sd = build_subscription_data("T", "TagA || TagB ||  ")
+    assert sd.tags_set == ["TagA", "TagB"]
+    assert sd.code_set == [java_string_hash("TagA"), java_string_hash("TagB")]
+    assert build_subscription_data("T", "*").sub_string == "*"
+    assert build_subscription_data("T", None).sub_string == "*"
+    with pytest.raises(SubscriptionParseError):
+        build_subscription_data("T", "||")
+    with pytest.raises(SubscriptionParseError):
+        build_subscription_data("T", "", "SQL92")
+
+
+def test_filter_matches_tags_codes() -> None:
+    f = ExpressionMessageFilter.parse("a||b")
+    assert f.is_matched_by_consume_queue(java_string_hash("a"))
+    assert f.is_matched_by_consume_queue(java_string_hash("b"))
+    assert not f.is_matched_by_consume_queue(java_string_hash("c"))
+    assert not f.is_matched_by_consume_queue(0)  # untagged message
+    assert ExpressionMessageFilter.parse("*").is_matched_by_consume_queue(0)
+    assert ExpressionMessageFilter.parse(None).is_matched_by_consume_queue(0)
+    assert ExpressionMessageFilter.parse("a > 1", "SQL92").is_matched_by_consume_queue(5)
+    with pytest.raises(SubscriptionParseError):
+        ExpressionMessageFilter.parse(" || ")
+    # A heartbeat with a bogus codeSet still filters by its tag strings.
+    bogus = SubscriptionData(topic="T", sub_string="a", tags_set=["a"], code_set=[0])
+    assert ExpressionMessageFilter.from_subscription(bogus).is_matched_by_consume_queue(java_string_hash("a"))
+    assert not ExpressionMessageFilter.from_subscription(bogus).is_matched_by_consume_queue(0)
+
+
+# ---------------------------------------------------------------------------------------- locks
+
+
+def test_rebalance_locks() -> None:
+    m = RebalanceLockManager(max_live_time_ms=60000)
+    q = [MessageQueue(topic="T", broker_name="b", queue_id=i) for i in range(3)]
+    assert m.try_lock_batch("g", q[:2], "c1", now=100.0) == set(q[:2])
+    assert m.try_lock_batch("g", q, "c2", now=110.0) == {q[2]}
+    assert m.try_lock_batch("other", q, "c2", now=110.0) == set(q)  # groups are independent
+    assert m.is_locked("g", q[0], "c1", now=120.0)
+    assert m.try_lock_batch("g", [q[1]], "c1", now=150.0) == {q[1]}  # renewed
+    # c1 stops renewing: after 60 s c2 takes over.
+    assert m.try_lock_batch("g", q[:1], "c2", now=185.0) == {q[0]}
+    m.unlock_batch("g", [q[1]], "c2")  # not the holder: ignored
+    assert not m.try_lock("g", q[1], "c2", now=186.0)
+    m.unlock_batch("g", [q[1]], "c1")
+    assert m.try_lock("g", q[1], "c2", now=186.0)
+
+
+# ---------------------------------------------------------------------------------------- consumers
+
+
+class FakeConn:
+    def __init__(self, name: str) -> None:
+        self.remote_addr = name
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_consumer_membership_events() -> None:
+    events: list[tuple[ConsumerGroupEvent, str, Any]] = []
+    m = ConsumerManager(lambda e, g, a: events.append((e, g, a)), channel_expired_timeout_ms=120000)
+    c1, c2 = FakeConn("1"), FakeConn("2")
+    sub = [SubscriptionData(topic="T", sub_string="*")]
+    i1 = ClientChannelInfo(c1, "client-1")  # type: ignore[arg-type]
+    assert m.register_consumer("g", i1, "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", sub)
+    changes = [a for e, g, a in events if e is ConsumerGroupEvent.CHANGE]
+    assert changes == [[c1]]
+    events.clear()
+    # A repeated heartbeat changes nothing.
+    assert not m.register_consumer("g", ClientChannelInfo(c1, "client-1"), "CONSUME_PASSIVELY", "CLUSTERING",  # type: ignore[arg-type]
+                                   "CONSUME_FROM_LAST_OFFSET", sub)
+    assert not [e for e, _, _ in events if e is ConsumerGroupEvent.CHANGE]
+    m.register_consumer("g", ClientChannelInfo(c2, "client-2"), "CONSUME_PASSIVELY", "CLUSTERING",  # type: ignore[arg-type]
+                        "CONSUME_FROM_LAST_OFFSET", sub)
+    assert m.get_consumer_group_info("g").all_client_ids() == ["client-1", "client-2"]  # type: ignore[union-attr]
+    events.clear()
+    m.do_channel_close_event(c1)  # type: ignore[arg-type]
+    assert [(e, a) for e, g, a in events] == [(ConsumerGroupEvent.CHANGE, [c2])]
+    events.clear()
+    # c2 goes silent: expired by the scan, group gone.
+    info2 = m.get_consumer_group_info("g").channel_info_table[c2]  # type: ignore[union-attr,index]
+    expired = m.scan_not_active_channel(now=info2.last_update + 121)
+    assert expired == [c2]
+    assert m.get_consumer_group_info("g") is None
+    assert [e for e, _, _ in events] == [ConsumerGroupEvent.UNREGISTER, ConsumerGroupEvent.CHANGE]
+    assert m.query_topic_consume_by_who("T") == set()
+
+
+def test_producer_manager() -> None:
+    m = ProducerManager(channel_expired_timeout_ms=1000)
+    c1 = FakeConn("1")
+    info = ClientChannelInfo(c1, "p1")  # type: ignore[arg-type]
+    m.register_producer("pg", info)
+    assert m.get_available_channel("pg") is c1
+    assert m.find_channel("p1") is c1
+    assert m.scan_not_active_channel(now=info.last_update + 2) == [c1]
+    assert m.get_available_channel("pg") is None
+
+
+# ---------------------------------------------------------------------------------------- held pulls
+
+
+def held(conn: Any, topic: str, qid: int, offset: int, timeout_ms: int, sub: str = "*") -> PullRequest:
+    ctx = SimpleNamespace(conn=conn)
+    return PullRequest(ctx, SimpleNamespace(), topic, qid, offset,  # type: ignore[arg-type]
+                       ExpressionMessageFilter.parse(sub), timeout_ms)
+
+
+async def test_held_pull_woken_by_matching_arrival_only() -> None:
+    woken: list[PullRequest] = []
+    max_offsets = {("T", 0): 5}
+    svc = PullRequestHoldService(woken.append, lambda t, q: max_offsets.get((t, q), 0))
+    svc.start()
+    try:
+        conn = FakeConn("c")
+        r_a = held(conn, "T", 0, 5, 10000, "a")
+        r_b = held(conn, "T", 0, 5, 10000, "b")
+        r_other = held(conn, "T", 1, 0, 10000)
+        for r in (r_a, r_b, r_other):
+            assert svc.suspend_pull_request(r)
+        assert svc.held == 3
+        svc.notify_message_arriving("T", 0, 6, java_string_hash("b"))
+        await asyncio.sleep(0)
+        assert woken == [r_b] and svc.held == 2
+        # An arrival at an offset the pull is already past wakes nothing.
+        svc.notify_message_arriving("T", 0, 5, java_string_hash("a"))
+        await asyncio.sleep(0)
+        assert woken == [r_b]
+        svc.notify_message_arriving("T", 0, 7, java_string_hash("a"))
+        await asyncio.sleep(0)
+        assert woken == [r_b, r_a]
+    finally:
+        await svc.stop()
+    assert woken[-1] is r_other  # stop answers what is still held
+
+
+async def test_held_pull_times_out_and_bounds() -> None:
+    woken: list[PullRequest] = []
+    svc = PullRequestHoldService(woken.append, lambda t, q: 0, max_held=2)
+    svc.start()
+    try:
+        conn = FakeConn("c")
+        r1 = held(conn, "T", 0, 0, 50)
+        assert svc.suspend_pull_request(r1)
+        assert svc.suspend_pull_request(held(conn, "T", 0, 0, 10000))
+        assert not svc.suspend_pull_request(held(conn, "T", 0, 0, 10000))  # over max_held
+        await asyncio.sleep(0.15)
+        assert woken == [r1] and svc.expired_total == 1
+        # A closed client's pulls are dropped without an answer.
+        svc.on_channel_close(conn)  # type: ignore[arg-type]
+        assert svc.held == 0 and svc.pull_request_table == {}
+    finally:
+        await svc.stop()
+    assert woken == [r1]
