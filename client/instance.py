@@ -574,8 +574,11 @@ class MQClientInstance:
         assert self._rebalance_event is not None
         ev = self._rebalance_event
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands in the
+            # same loop turn as the event being set, and shutdown() would then wait forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), self.rebalance_interval_s)
+                async with asyncio.timeout(self.rebalance_interval_s):
+                    await ev.wait()
             ev.clear()
             if self.consumer_table:
                 await self.do_rebalance()

@@ -1,0 +1,532 @@
+"""Consume services: hand cached messages to the user's listener and act on what it returns.
+
+ConsumeMessageConcurrentlyService
+    `consume_thread_max` workers take batches (consumeMessageBatchMaxSize, 1 by default) from the
+    queues that have messages waiting, round robin, and run the listener: an `async def` listener
+    as a coroutine on the loop, a plain function in a thread pool of `consume_thread_max` threads.
+    The waiting work is the messages already counted in each ProcessQueue (bounded by the pull
+    flow control) plus at most one entry per queue in the ready queue: no unbounded buffers.
+    RECONSUME_LATER (or an exception, or None) sends the messages back to the broker
+    (CONSUMER_SEND_MSG_BACK; if that fails too, they are consumed again here after 5 s).
+    The queue's offset advances to the lowest message still unfinished. Messages a listener has
+    held longer than consume_timeout are sent back and released (cleanExpireMsg).
+
+ConsumeMessageOrderlyService
+    One queue is consumed by one worker at a time, in offset order, and (clustering) only while
+    this client holds the queue's broker lock (renewed every 20 s; a lock older than 30 s is
+    stale). SUSPEND_CURRENT_QUEUE_A_MOMENT puts the batch back and retries after
+    suspend_current_queue_time_millis, up to max_reconsume_times; then the message goes to the
+    DLQ (CONSUMER_SEND_MSG_BACK with delay level -1) and the queue moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from remoting.body import ConsumeMessageDirectlyResult
+from remoting.message import MessageConst, MessageExt
+
+from ..message import MessageQueue
+from .listener import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    MessageModel,
+)
+from .process_queue import ProcessQueue
+
+if TYPE_CHECKING:
+    from .push_consumer import PushConsumer
+
+log = structlog.get_logger(__name__)
+
+MAX_TIME_CONSUME_CONTINUOUSLY_MS = 60_000
+SEND_BACK_RETRY_LOCALLY_DELAY_S = 5.0
+
+__all__ = [
+    "ConsumeMessageConcurrentlyService",
+    "ConsumeMessageOrderlyService",
+    "ListenerInvoker",
+    "is_async_callable",
+]
+
+
+def is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__ if callable(fn) and not inspect.isfunction(fn) else None)
+
+
+class ListenerInvoker:
+    """Calls a listener: `async def` on the loop, a plain function in a bounded thread pool."""
+
+    def __init__(self, fn: Callable[..., Any], max_threads: int, name: str) -> None:
+        self.fn = fn
+        self.is_async = is_async_callable(fn)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        if not self.is_async:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_threads, thread_name_prefix=f"ConsumeMessageThread_{name}"
+            )
+
+    async def __call__(self, msgs: list[MessageExt], context: Any) -> Any:
+        if self.is_async:
+            result = await self.fn(msgs, context)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._executor, self.fn, msgs, context)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def shutdown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _ServiceBase:
+    def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
+        self.consumer = consumer
+        self.group = consumer.group
+        self.invoker = ListenerInvoker(listener, consumer.consume_thread_max, consumer.group)
+        self._ready: asyncio.Queue[tuple[MessageQueue, ProcessQueue] | None] = asyncio.Queue()
+        self._workers: list[asyncio.Task[None]] = []
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._aux: list[asyncio.Task[None]] = []
+        self.stopped = False
+        self.consume_ok = 0
+        self.consume_failed = 0
+        self._warned_none = False
+
+    @property
+    def core_pool_size(self) -> int:
+        return self.consumer.consume_thread_max
+
+    def start(self) -> None:
+        self._workers = [
+            asyncio.get_running_loop().create_task(self._worker(), name=f"consume-{self.group}-{i}")
+            for i in range(self.consumer.consume_thread_max)
+        ]
+
+    async def _worker(self) -> None:
+        raise NotImplementedError
+
+    def _later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        if self.stopped:
+            return
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            self._timers.discard(handle)
+            if not self.stopped:
+                fn()
+
+        handle = loop.call_later(max(0.0, delay_s), run)
+        self._timers.add(handle)
+
+    def _warn_none(self, mq: MessageQueue) -> None:
+        if not self._warned_none:
+            self._warned_none = True
+            log.warning("listener_returned_none", group=self.group, mq=str(mq), treated_as="retry")
+
+    async def shutdown(self, await_s: float) -> None:
+        self.stopped = True
+        for h in list(self._timers):
+            h.cancel()
+        self._timers.clear()
+        for t in self._aux:
+            t.cancel()
+        for _ in self._workers:
+            self._ready.put_nowait(None)
+        if self._workers:
+            _done, pending = await asyncio.wait(self._workers, timeout=max(0.01, await_s))
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1)
+        self.invoker.shutdown()
+
+    @staticmethod
+    def _mark_consume_start(msgs: list[MessageExt]) -> None:
+        ts = str(_now_ms())
+        for m in msgs:
+            m.properties[MessageConst.PROPERTY_CONSUME_START_TIMESTAMP] = ts
+
+
+class ConsumeMessageConcurrentlyService(_ServiceBase):
+    """See the module doc."""
+
+    def start(self) -> None:
+        super().start()
+        if self.consumer.message_model is MessageModel.CLUSTERING:
+            period = max(0.5, self.consumer.consume_timeout * 60.0)
+            self._aux.append(asyncio.get_running_loop().create_task(self._clean_expired_loop(period)))
+
+    def submit_consume_request(
+        self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool = True
+    ) -> None:
+        if not msgs or pq.dropped:
+            return
+        pq.pending.extend(msgs)
+        self._mark_ready(mq, pq)
+
+    def _mark_ready(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        if pq.pending and not pq.ready and not pq.dropped and not self.stopped:
+            pq.ready = True
+            self._ready.put_nowait((mq, pq))
+
+    async def _worker(self) -> None:
+        batch_size = self.consumer.consume_message_batch_max_size
+        while True:
+            item = await self._ready.get()
+            if item is None or self.stopped:
+                return
+            mq, pq = item
+            pq.ready = False
+            if pq.dropped:
+                pq.pending.clear()
+                continue
+            n = min(batch_size, len(pq.pending))
+            msgs = [pq.pending.popleft() for _ in range(n)]
+            self._mark_ready(mq, pq)  # more waiting: back of the line (fair across queues)
+            try:
+                await self.consume_request(msgs, pq, mq)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consume_request_failed", group=self.group, mq=str(mq))
+
+    async def consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        """ConsumeRequest.run: call the listener with one batch and process the result."""
+        if pq.dropped:
+            return
+        context = ConsumeConcurrentlyContext(mq)
+        self.consumer.reset_retry_topic(msgs)
+        self._mark_consume_start(msgs)
+        status: Any = None
+        raised = False
+        try:
+            status = await self.invoker(list(msgs), context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            raised = True
+            log.warning(
+                "consume_message_exception",
+                group=self.group,
+                mq=str(mq),
+                offsets=[m.queue_offset for m in msgs],
+                error=f"{type(e).__name__}: {e}",
+            )
+        if status is None:
+            if not raised:
+                self._warn_none(mq)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        elif not isinstance(status, ConsumeConcurrentlyStatus):
+            log.warning("listener_returned_unknown_status", group=self.group, status=repr(status))
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if not pq.dropped:
+            await self.process_consume_result(status, context, msgs, pq, mq)
+        else:
+            log.warning("consume_result_dropped_queue", group=self.group, mq=str(mq), msgs=len(msgs))
+
+    async def process_consume_result(
+        self,
+        status: ConsumeConcurrentlyStatus,
+        context: ConsumeConcurrentlyContext,
+        msgs: list[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> None:
+        if not msgs:
+            return
+        ack_index = context.ack_index
+        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            ack_index = min(ack_index, len(msgs) - 1)
+            ok = ack_index + 1
+            self.consume_ok += ok
+            self.consume_failed += len(msgs) - ok
+        else:
+            ack_index = -1
+            self.consume_failed += len(msgs)
+        failed = msgs[ack_index + 1 :]
+        remove = list(msgs)
+        if failed:
+            if self.consumer.message_model is MessageModel.BROADCASTING:
+                for m in failed:
+                    log.warning("broadcast_consume_failed_dropped", group=self.group, msg_id=m.msg_id, offset=m.queue_offset)
+            else:
+                results = await asyncio.gather(
+                    *(self.consumer.send_message_back_safe(m, context.delay_level_when_next_consume, mq.broker_name) for m in failed)
+                )
+                back_failed = [m for m, ok in zip(failed, results, strict=True) if not ok]
+                if back_failed:
+                    for m in back_failed:
+                        m.reconsume_times += 1
+                    ids = {id(m) for m in back_failed}
+                    remove = [m for m in msgs if id(m) not in ids]
+                    self._later(
+                        SEND_BACK_RETRY_LOCALLY_DELAY_S,
+                        lambda: self.submit_consume_request(back_failed, pq, mq),
+                    )
+        offset = pq.remove_messages(remove)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update_offset(mq, offset, True)
+
+    async def _clean_expired_loop(self, period_s: float) -> None:
+        while not self.stopped:
+            await asyncio.sleep(period_s)
+            for mq, pq in list(self.consumer.process_queue_table().items()):
+                try:
+                    await self.clean_expired_msg(mq, pq)
+                except Exception as e:
+                    log.warning("clean_expired_msg_failed", mq=str(mq), error=f"{type(e).__name__}: {e}")
+
+    async def clean_expired_msg(self, mq: MessageQueue, pq: ProcessQueue) -> int:
+        """Send back (delay level 3) messages a listener has held over consume_timeout; returns how many."""
+        timeout_ms = self.consumer.consume_timeout * 60_000
+        cleaned = 0
+        for _ in range(16):
+            if pq.dropped:
+                break
+            msg = pq.first_message()
+            if msg is None:
+                break
+            started = msg.properties.get(MessageConst.PROPERTY_CONSUME_START_TIMESTAMP)
+            if not started or _now_ms() - int(started) <= timeout_ms:
+                break
+            if not await self.consumer.send_message_back_safe(msg, 3, mq.broker_name):
+                break
+            log.info("expired_message_sent_back", group=self.group, mq=str(mq), offset=msg.queue_offset)
+            if pq.first_offset() == msg.queue_offset:
+                offset = pq.remove_messages([msg])
+                if offset >= 0 and not pq.dropped:
+                    self.consumer.offset_store.update_offset(mq, offset, True)
+                cleaned += 1
+        return cleaned
+
+    async def consume_message_directly(self, msg: MessageExt, broker_name: str | None) -> ConsumeMessageDirectlyResult:
+        mq = MessageQueue(msg.topic, broker_name or "", msg.queue_id)
+        context = ConsumeConcurrentlyContext(mq)
+        self.consumer.reset_retry_topic([msg])
+        begin = _now_ms()
+        result = ConsumeMessageDirectlyResult(order=False, auto_commit=True)
+        try:
+            status = await self.invoker([msg], context)
+            if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+                result.consume_result = "CR_SUCCESS"
+            elif status is ConsumeConcurrentlyStatus.RECONSUME_LATER:
+                result.consume_result = "CR_LATER"
+            else:
+                result.consume_result = "CR_RETURN_NULL"
+        except Exception as e:
+            result.consume_result = "CR_THROW_EXCEPTION"
+            result.remark = f"{type(e).__name__}: {e}"
+        result.spent_time_mills = _now_ms() - begin
+        return result
+
+
+class ConsumeMessageOrderlyService(_ServiceBase):
+    """See the module doc."""
+
+    def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
+        super().__init__(consumer, listener)
+        self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
+
+    def start(self) -> None:
+        super().start()
+        if self.consumer.message_model is MessageModel.CLUSTERING:
+            self._aux.append(asyncio.get_running_loop().create_task(self._lock_loop()))
+
+    async def _lock_loop(self) -> None:
+        await asyncio.sleep(1.0)
+        while not self.stopped:
+            try:
+                await self.consumer.rebalance.lock_all()
+            except Exception as e:
+                log.warning("lock_all_failed", group=self.group, error=f"{type(e).__name__}: {e}")
+            await asyncio.sleep(self.consumer.lock_interval_millis / 1000)
+
+    def submit_consume_request(
+        self, msgs: list[MessageExt] | None, pq: ProcessQueue, mq: MessageQueue, dispatch_to_consume: bool
+    ) -> None:
+        if dispatch_to_consume and not self.stopped and not pq.dropped:
+            self._ready.put_nowait((mq, pq))
+
+    def _submit_later(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int) -> None:
+        if delay_ms == -1:
+            delay_ms = self.consumer.suspend_current_queue_time_millis
+        delay_ms = min(max(delay_ms, 10), 30_000)
+        self._later(delay_ms / 1000, lambda: self.submit_consume_request(None, pq, mq, True))
+
+    def _try_lock_later_and_reconsume(self, mq: MessageQueue, pq: ProcessQueue, delay_ms: int) -> None:
+        async def relock() -> None:
+            ok = not self.stopped and await self.consumer.rebalance.lock(mq)
+            self._submit_later(pq, mq, 10 if ok else 3000)
+
+        def go() -> None:
+            t = asyncio.get_running_loop().create_task(relock())
+            self._aux.append(t)
+            t.add_done_callback(lambda task: self._aux.remove(task) if task in self._aux else None)
+
+        self._later(delay_ms / 1000, go)
+
+    async def _worker(self) -> None:
+        while True:
+            item = await self._ready.get()
+            if item is None or self.stopped:
+                return
+            mq, pq = item
+            try:
+                await self.consume_request(mq, pq)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("orderly_consume_request_failed", group=self.group, mq=str(mq))
+                self._submit_later(pq, mq, 1000)
+
+    async def consume_request(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """ConsumeMessageOrderlyService.ConsumeRequest.run for one queue."""
+        if pq.dropped:
+            return
+        clustering = self.consumer.message_model is MessageModel.CLUSTERING
+        lock = self._mq_locks.setdefault(mq, asyncio.Lock())
+        async with lock:
+            if clustering and not (pq.locked and not pq.is_lock_expired()):
+                if not pq.dropped:
+                    self._try_lock_later_and_reconsume(mq, pq, 100)
+                return
+            begin = _now_ms()
+            batch = self.consumer.consume_message_batch_max_size
+            while True:
+                if pq.dropped or self.stopped:
+                    return
+                if clustering and (not pq.locked or pq.is_lock_expired()):
+                    log.warning("orderly_queue_not_locked", group=self.group, mq=str(mq), locked=pq.locked)
+                    self._try_lock_later_and_reconsume(mq, pq, 10)
+                    return
+                if _now_ms() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_MS:
+                    self._submit_later(pq, mq, 10)
+                    return
+                msgs = pq.take_messages(batch)
+                if not msgs:
+                    return  # pq.consuming is now False: the next pull dispatches again
+                self.consumer.reset_retry_topic(msgs)
+                context = ConsumeOrderlyContext(mq)
+                status: Any = None
+                async with pq.consume_lock:
+                    if pq.dropped:
+                        return
+                    try:
+                        status = await self.invoker(list(msgs), context)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as e:
+                        log.warning(
+                            "consume_message_exception",
+                            group=self.group,
+                            mq=str(mq),
+                            offsets=[m.queue_offset for m in msgs],
+                            error=f"{type(e).__name__}: {e}",
+                        )
+                if status is None or not isinstance(status, ConsumeOrderlyStatus):
+                    if status is None:
+                        self._warn_none(mq)
+                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if status is not ConsumeOrderlyStatus.SUCCESS:
+                    log.info("orderly_consume_not_ok", group=self.group, mq=str(mq), status=status.value,
+                             offsets=[m.queue_offset for m in msgs])
+                if not await self.process_consume_result(msgs, status, context, pq, mq):
+                    return
+
+    async def process_consume_result(
+        self,
+        msgs: list[MessageExt],
+        status: ConsumeOrderlyStatus,
+        context: ConsumeOrderlyContext,
+        pq: ProcessQueue,
+        mq: MessageQueue,
+    ) -> bool:
+        continue_consume = True
+        commit_offset = -1
+        S = ConsumeOrderlyStatus
+        if context.auto_commit:
+            if status in (S.SUCCESS, S.COMMIT, S.ROLLBACK):
+                if status is not S.SUCCESS:
+                    log.warning("orderly_status_illegal_with_auto_commit", mq=str(mq), status=status.value)
+                commit_offset = pq.commit()
+                self.consume_ok += len(msgs)
+            else:  # SUSPEND_CURRENT_QUEUE_A_MOMENT
+                self.consume_failed += len(msgs)
+                again = await self._check_reconsume_times(msgs)
+                if again:
+                    pq.make_message_to_consume_again(again)
+                    self._submit_later(pq, mq, context.suspend_current_queue_time_millis)
+                    continue_consume = False
+                else:
+                    commit_offset = pq.commit()
+        else:
+            if status is S.SUCCESS:
+                self.consume_ok += len(msgs)
+            elif status is S.COMMIT:
+                commit_offset = pq.commit()
+            elif status is S.ROLLBACK:
+                pq.rollback()
+                self._submit_later(pq, mq, context.suspend_current_queue_time_millis)
+                continue_consume = False
+            else:
+                self.consume_failed += len(msgs)
+                again = await self._check_reconsume_times(msgs)
+                if again:
+                    pq.make_message_to_consume_again(again)
+                    self._submit_later(pq, mq, context.suspend_current_queue_time_millis)
+                    continue_consume = False
+        if commit_offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update_offset(mq, commit_offset, False)
+        return continue_consume
+
+    async def _check_reconsume_times(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """The messages to consume again; the ones over max_reconsume_times go to the DLQ."""
+        max_times = self.consumer.max_reconsume_times_orderly()
+        again: list[MessageExt] = []
+        for m in msgs:
+            if m.reconsume_times >= max_times:
+                m.properties[MessageConst.PROPERTY_RECONSUME_TIME] = str(m.reconsume_times)
+                if not await self.consumer.send_message_back_to_dlq(m):
+                    m.reconsume_times += 1
+                    again.append(m)
+            else:
+                m.reconsume_times += 1
+                again.append(m)
+        return again
+
+    async def consume_message_directly(self, msg: MessageExt, broker_name: str | None) -> ConsumeMessageDirectlyResult:
+        mq = MessageQueue(msg.topic, broker_name or "", msg.queue_id)
+        context = ConsumeOrderlyContext(mq)
+        self.consumer.reset_retry_topic([msg])
+        begin = _now_ms()
+        result = ConsumeMessageDirectlyResult(order=True)
+        try:
+            status = await self.invoker([msg], context)
+            result.consume_result = {
+                ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
+                ConsumeOrderlyStatus.COMMIT: "CR_COMMIT",
+                ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK",
+                ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER",
+            }.get(status, "CR_RETURN_NULL")
+        except Exception as e:
+            result.consume_result = "CR_THROW_EXCEPTION"
+            result.remark = f"{type(e).__name__}: {e}"
+        result.auto_commit = context.auto_commit
+        result.spent_time_mills = _now_ms() - begin
+        return result

@@ -1,0 +1,654 @@
+"""LitePullConsumer: RocketMQ's DefaultLitePullConsumer on asyncio (Kafka-style poll loop).
+
+    consumer = LitePullConsumer("my-group", "127.0.0.1:9876")
+    consumer.subscribe("TopicTest", "*")          # group rebalance, or:
+    # consumer.assign(await consumer.fetch_message_queues("TopicTest"))
+    async with consumer:
+        while True:
+            for m in await consumer.poll(timeout=1.0):
+                ...
+            # auto-commit (every auto_commit_interval_millis) commits what earlier polls returned;
+            # or auto_commit=False and `await consumer.commit()`
+
+- Background prefetch: one pull loop per queue fills a per-queue cache, paused above
+  pull_threshold_for_queue messages / pull_threshold_size_for_queue MiB / consume_max_span
+  offsets, and all queues together above pull_threshold_for_all messages.
+- `poll` hands out one cached batch (at most pull_batch_size messages: 32 here, Java's default
+  is 10), skipping paused queues; the queue's consumed offset moves past it.
+- `seek(mq, offset)` restarts a queue at an offset (within [min, max]); `seek_to_begin/end`.
+- `commit()` stores the consumed offsets and pushes them to the broker now; `committed(mq)`.
+- `pause(queues)` / `resume(queues)`: no pulls and no polls for those queues meanwhile.
+
+Reading a range with no group membership at all (batch jobs, the Spark source):
+`read_range(mq, start, end)` yields the messages of [start, end) in order, one list per pull,
+through client.reader.QueueReader on this consumer's client runtime (works before start() too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from remoting.body import ConsumerData, SubscriptionData
+from remoting.errors import RemotingError
+from remoting.message import MessageExt
+
+from ..config import ClientConfig
+from ..errors import MQBrokerError, MQClientError, NotStartedError
+from ..instance import MQClientInstance, get_client_manager
+from ..message import MessageQueue, PullStatus
+from ..reader import QueueReader
+from ..route import topic_route_to_subscribe_info
+from ..validators import check_group
+from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
+from .filter import SUB_ALL, build_subscription_data
+from .listener import ConsumeFromWhere, ConsumeType, MessageModel
+from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
+from .process_queue import ProcessQueue
+from .pull_api import PullAPIWrapper
+from .pull_service import PullMessageService, PullRequest
+from .push_consumer import _enum, stable_client_id
+from .rebalance import (
+    RebalanceLitePullImpl,
+    compute_pull_from_where,
+    default_consume_timestamp,
+    max_offset,
+    min_offset,
+    parse_consume_timestamp,
+)
+
+log = structlog.get_logger(__name__)
+
+BROKER_SUSPEND_MAX_TIME_MILLIS = 20_000
+CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND = 30_000
+PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
+PULL_TIME_DELAY_MILLS_WHEN_PAUSE = 1000
+
+__all__ = ["LitePullConsumer"]
+
+
+class _Mode(enum.Enum):
+    NONE = "NONE"
+    SUBSCRIBE = "SUBSCRIBE"
+    ASSIGN = "ASSIGN"
+
+
+@dataclass(eq=False, slots=True)
+class _QueueState:
+    """AssignedMessageQueue's per-queue record."""
+
+    mq: MessageQueue
+    pq: ProcessQueue
+    pull_offset: int  # next offset to pull (-1 = not known yet)
+    consume_offset: int = -1  # offset after the last message poll() returned
+    paused: bool = False
+    generation: int = 0
+
+
+class LitePullConsumer:
+    """See the module doc. Defaults are DefaultLitePullConsumer's except pull_batch_size (32)."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | None = None,
+        *,
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere | str = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: str | None = None,
+        allocate_strategy: AllocateMessageQueueStrategy | None = None,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        pull_threshold_for_all: int = 10_000,
+        consume_max_span: int = 2000,
+        auto_commit: bool = True,
+        auto_commit_interval_millis: int = 5000,
+        poll_timeout_millis: int = 5000,
+        pull_time_delay_mills_when_exception: int = 1000,
+        rebalance_interval: float = 20.0,
+        offset_store: OffsetStore | None = None,
+        offset_store_dir: str | None = None,
+        instance_name: str | None = None,
+        client_config: ClientConfig | None = None,
+    ) -> None:
+        self._group = group
+        cfg = client_config.model_copy() if client_config is not None else ClientConfig()
+        if namesrv_addr is not None:
+            cfg.namesrv_addr = namesrv_addr
+        if instance_name is not None:
+            cfg.instance_name = instance_name
+        self.client_config = cfg
+        self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
+        self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
+        self.consume_timestamp = consume_timestamp or default_consume_timestamp()
+        self.allocate_strategy = allocate_strategy or AllocateMessageQueueAveragely()
+        if not 1 <= pull_batch_size <= 1024:
+            raise MQClientError(f"pullBatchSize Out of range [1, 1024]: {pull_batch_size}")
+        if auto_commit_interval_millis < 1000:
+            raise MQClientError("auto_commit_interval_millis must be >= 1000")
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_threshold_for_all = pull_threshold_for_all
+        self.consume_max_span = consume_max_span
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_millis = auto_commit_interval_millis
+        self.poll_timeout_millis = poll_timeout_millis
+        self.pull_time_delay_mills_when_exception = pull_time_delay_mills_when_exception
+        self.rebalance_interval = rebalance_interval
+        self.offset_store_dir = offset_store_dir
+        self._custom_offset_store = offset_store
+        self.offset_store: OffsetStore = offset_store  # type: ignore[assignment]
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._mode = _Mode.NONE
+        self._assigned_request: list[MessageQueue] = []
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._ready: collections.deque[tuple[_QueueState, int, list[MessageExt]]] = collections.deque()
+        self._ready_event: asyncio.Event | None = None
+        self._cached_total = 0
+        self._state = "CREATE_JUST"
+        self._instance: MQClientInstance | None = None
+        self._owns_instance = False
+        self.rebalance: RebalanceLitePullImpl = None  # type: ignore[assignment]
+        self.pull_api: PullAPIWrapper = None  # type: ignore[assignment]
+        self.pull_service: PullMessageService = None  # type: ignore[assignment]
+        self._next_auto_commit = 0.0
+        self._persist_task: asyncio.Task[None] | None = None
+        self._reader: QueueReader | None = None
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @property
+    def consumer_group(self) -> str:
+        return self._group
+
+    @property
+    def running(self) -> bool:
+        return self._state == "RUNNING"
+
+    @property
+    def instance(self) -> MQClientInstance:
+        if self._instance is None:
+            raise NotStartedError(f"consumer {self._group} is not running: call start() first")
+        return self._instance
+
+    # ------------------------------------------------------------------ subscribe / assign
+    def _set_mode(self, mode: _Mode) -> None:
+        if self._mode is _Mode.NONE:
+            self._mode = mode
+        elif self._mode is not mode:
+            raise MQClientError("Subscribe and assign are mutually exclusive.")
+
+    def subscribe(self, topic: str, expression: str | None = SUB_ALL) -> None:
+        """Join the group's rebalance for `topic` with a tag expression."""
+        self._set_mode(_Mode.SUBSCRIBE)
+        self._subscriptions[topic] = build_subscription_data(topic, expression)
+        if self.running:
+            self.instance.send_heartbeat_soon()
+            asyncio.get_running_loop().create_task(self._after_subscribe(topic))
+
+    async def _after_subscribe(self, topic: str) -> None:
+        with contextlib.suppress(MQClientError, MQBrokerError, RemotingError):
+            await self.instance.update_topic_route_info_from_name_server(topic)
+        await self.do_rebalance()
+
+    def unsubscribe(self, topic: str) -> None:
+        self._subscriptions.pop(topic, None)
+        if self.running and self._mode is _Mode.SUBSCRIBE:
+            for mq, st in list(self._queues.items()):
+                if mq.topic == topic:
+                    self._drop_queue(mq, st)
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        """Consume exactly these queues (no group rebalance). Replaces a previous assignment."""
+        self._set_mode(_Mode.ASSIGN)
+        new = sorted(set(queues))
+        self._assigned_request = new
+        if self.running:
+            asyncio.get_running_loop().create_task(self._apply_assignment())
+
+    def assignment(self) -> list[MessageQueue]:
+        return sorted(self._queues)
+
+    async def _apply_assignment(self) -> None:
+        async with self._lock:
+            wanted = set(self._assigned_request)
+            for mq, st in list(self._queues.items()):
+                if mq not in wanted:
+                    await self.offset_store.persist(mq)
+                    self.offset_store.remove_offset(mq)
+                    self._drop_queue(mq, st)
+            for mq in sorted(wanted - set(self._queues)):
+                if mq.topic not in self._subscriptions:
+                    self._subscriptions[mq.topic] = build_subscription_data(mq.topic, SUB_ALL)
+                self.start_queue(PullRequest(self._group, mq, ProcessQueue(), -1))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self.running:
+            return
+        if self._state == "SHUTDOWN":
+            raise NotStartedError(f"consumer {self._group} was shut down; create a new one")
+        check_group(self._group, "consumer group")
+        parse_consume_timestamp(self.consume_timestamp)
+        self._ready_event = asyncio.Event()
+        inst = await get_client_manager().acquire(self.client_config)
+        try:
+            self._instance = inst
+            self.pull_api = PullAPIWrapper(inst, self._group)
+            self.rebalance = RebalanceLitePullImpl(self._group, self.message_model, self.allocate_strategy, inst, self)
+            self.rebalance.subscription_inner = self._subscriptions
+            if self._custom_offset_store is not None:
+                self.offset_store = self._custom_offset_store
+            elif self.message_model is MessageModel.BROADCASTING:
+                self.offset_store = LocalFileOffsetStore(stable_client_id(self.client_config), self._group, self.offset_store_dir)
+            else:
+                self.offset_store = RemoteBrokerOffsetStore(inst, self._group)
+            await self.offset_store.load()
+            self.pull_service = PullMessageService(self._pull_once, name=f"litepull-{self._group}")
+            inst.register_consumer(self._group, self)
+        except BaseException:
+            self._instance = None
+            await get_client_manager().release(inst)
+            raise
+        inst.rebalance_interval_s = min(inst.rebalance_interval_s, self.rebalance_interval)
+        self._state = "RUNNING"
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_millis / 1000
+        log.info("lite_pull_consumer_started", group=self._group, client_id=inst.client_id, mode=self._mode.value)
+        if self._mode is _Mode.SUBSCRIBE:
+            for topic in list(self._subscriptions):
+                try:
+                    await inst.update_topic_route_info_from_name_server(topic)
+                except (MQClientError, MQBrokerError, RemotingError) as e:
+                    log.warning("subscribe_route_not_found", group=self._group, topic=topic, error=str(e))
+            await inst.send_heartbeat_to_all_brokers()
+            await self.do_rebalance()
+        elif self._mode is _Mode.ASSIGN:
+            await self._apply_assignment()
+
+    async def shutdown(self) -> None:
+        if not self.running:
+            self._state = "SHUTDOWN"
+            await self.close_reader()
+            return
+        self._state = "SHUTDOWN"
+        await self.close_reader()
+        inst = self.instance
+        await self.pull_service.shutdown()
+        if self._persist_task is not None:
+            self._persist_task.cancel()
+        if self.auto_commit:
+            self._commit_all_to_store()
+        await self._persist_all()
+        try:
+            await inst.unregister_consumer(self._group)
+        finally:
+            for mq, st in list(self._queues.items()):
+                self._drop_queue(mq, st)
+            if self.rebalance is not None:
+                self.rebalance.destroy()
+            await get_client_manager().release(inst)
+            self._instance = None
+            if self._ready_event is not None:
+                self._ready_event.set()  # wake a poll() waiting in another task
+        log.info("lite_pull_consumer_shutdown", group=self._group)
+
+    async def __aenter__(self) -> LitePullConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # ------------------------------------------------------------------ MQConsumerInner
+    def consumer_data(self) -> ConsumerData:
+        subs = list(self._subscriptions.values()) if self._mode is _Mode.SUBSCRIBE else []
+        return ConsumerData(
+            group_name=self._group,
+            consume_type=ConsumeType.CONSUME_ACTIVELY.value,
+            message_model=self.message_model.value,
+            consume_from_where=self.consume_from_where.value,
+            subscription_data_set=subs,
+            unit_mode=self.client_config.unit_mode,
+        )
+
+    def subscribed_topics(self) -> Iterable[str]:
+        return list(self._subscriptions)
+
+    def update_topic_subscribe_info(self, topic: str, info: set[MessageQueue]) -> None:
+        if topic in self._subscriptions and self.rebalance is not None:
+            self.rebalance.topic_subscribe_info_table[topic] = set(info)
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool:
+        if topic in self._subscriptions and self.rebalance is not None:
+            return topic not in self.rebalance.topic_subscribe_info_table
+        return False
+
+    async def do_rebalance(self) -> None:
+        if self.running and self._mode is _Mode.SUBSCRIBE:
+            await self.rebalance.do_rebalance(False)
+
+    async def persist_consumer_offset(self) -> None:
+        if self.running:
+            await self._persist_all()
+
+    def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
+        return self.offset_store.clone_offset_table(topic) if self.offset_store is not None else {}
+
+    async def reset_offset(self, topic: str, offset_table: dict[MessageQueue, int]) -> None:
+        for mq, off in offset_table.items():
+            if mq.topic == topic and mq in self._queues:
+                with contextlib.suppress(MQClientError):
+                    await self._seek_unchecked(mq, off)
+                self.offset_store.update_offset(mq, off, False)
+
+    # ------------------------------------------------------------------ queues (rebalance hooks)
+    def start_queue(self, req: PullRequest) -> None:
+        """A queue became ours (rebalance or assign): start prefetching it."""
+        old = self._queues.get(req.message_queue)
+        if old is not None:
+            self._drop_queue(req.message_queue, old)
+        st = _QueueState(req.message_queue, req.process_queue, req.next_offset)
+        self._queues[req.message_queue] = st
+        self.pull_service.execute_pull_request_immediately(req)
+
+    def on_process_queue_dropped(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        st = self._queues.get(mq)
+        if st is not None and st.pq is pq:
+            self._drop_queue(mq, st)
+
+    def _drop_queue(self, mq: MessageQueue, st: _QueueState) -> None:
+        st.pq.dropped = True
+        if self._queues.get(mq) is st:
+            del self._queues[mq]
+        if self.pull_service is not None:
+            self.pull_service.stop_queue(mq)
+        self._purge_ready(st)
+
+    def _purge_ready(self, st: _QueueState) -> None:
+        kept: collections.deque[tuple[_QueueState, int, list[MessageExt]]] = collections.deque()
+        for item in self._ready:
+            if item[0] is st:
+                self._cached_total -= len(item[2])
+            else:
+                kept.append(item)
+        self._ready = kept
+        st.pq.clear()
+
+    # ------------------------------------------------------------------ prefetch
+    async def _pull_once(self, req: PullRequest) -> float | None:
+        mq = req.message_queue
+        st = self._queues.get(mq)
+        pq = req.process_queue
+        if st is None or st.pq is not pq or pq.dropped or not self.running:
+            return None
+        if st.paused:
+            return PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
+        fc = PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL / 1000
+        if self._cached_total > self.pull_threshold_for_all:
+            return fc
+        if pq.msg_count > self.pull_threshold_for_queue:
+            return fc
+        if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
+            return fc
+        if pq.max_span() > self.consume_max_span:
+            return fc
+        exc_delay = self.pull_time_delay_mills_when_exception / 1000
+        gen = st.generation
+        if st.pull_offset < 0:
+            try:
+                off = await compute_pull_from_where(
+                    self.instance, self.offset_store, mq, self.consume_from_where, self.consume_timestamp
+                )
+            except (MQClientError, MQBrokerError, RemotingError) as e:
+                log.warning("lite_pull_compute_offset_failed", mq=str(mq), error=str(e))
+                return exc_delay
+            if off < 0:
+                return exc_delay
+            if st.generation != gen:
+                return 0.0
+            st.pull_offset = off
+            if st.consume_offset < 0:
+                st.consume_offset = off
+        sd = self._subscriptions.get(mq.topic) or build_subscription_data(mq.topic, SUB_ALL)
+        offset = st.pull_offset
+        try:
+            result = await self.pull_api.pull_kernel(
+                mq,
+                sd,
+                offset,
+                self.pull_batch_size,
+                suspend=True,
+                suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                timeout_ms=CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("lite_pull_failed", mq=str(mq), offset=offset, error=f"{type(e).__name__}: {e}")
+            return exc_delay
+        if pq.dropped or st.generation != gen or self._queues.get(mq) is not st:
+            return 0.0 if not pq.dropped else None
+        if result.status is PullStatus.FOUND:
+            st.pull_offset = result.next_begin_offset
+            msgs = result.messages
+            if msgs:
+                pq.put_messages(msgs)
+                self._ready.append((st, gen, msgs))
+                self._cached_total += len(msgs)
+                assert self._ready_event is not None
+                self._ready_event.set()
+            return 0.0
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("lite_pull_offset_illegal", mq=str(mq), requested=offset, next_begin=result.next_begin_offset)
+        st.pull_offset = result.next_begin_offset
+        return 0.0
+
+    # ------------------------------------------------------------------ poll / commit
+    def _take_ready(self) -> list[MessageExt] | None:
+        for i, (st, gen, msgs) in enumerate(self._ready):
+            if st.pq.dropped or st.generation != gen or self._queues.get(st.mq) is not st:
+                continue
+            if st.paused:
+                continue
+            del self._ready[i]
+            self._cached_total -= len(msgs)
+            offset = st.pq.remove_messages(msgs)
+            if offset >= 0:
+                st.consume_offset = offset
+            return msgs
+        # Drop stale entries (dropped or reseeked queues) so they do not pile up.
+        if self._ready:
+            stale = [it for it in self._ready if it[0].pq.dropped or it[0].generation != it[1]]
+            if stale:
+                self._ready = collections.deque(it for it in self._ready if it not in stale)
+                self._cached_total -= sum(len(it[2]) for it in stale)
+        return None
+
+    async def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        """The next batch of messages (one queue's, in offset order), or [] after `timeout`
+        seconds (default poll_timeout_millis). Auto-commit happens here, for earlier polls."""
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        if timeout is None:
+            timeout = self.poll_timeout_millis / 1000
+        if timeout < 0:
+            raise ValueError("Timeout must not be negative")
+        if self.auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._maybe_auto_commit()
+        assert self._ready_event is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            msgs = self._take_ready()
+            if msgs is not None:
+                return msgs
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.running:
+                return []
+            self._ready_event.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self._ready_event.wait()
+
+    def _maybe_auto_commit(self) -> None:
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_millis / 1000
+        self._commit_all_to_store()
+        if self._persist_task is None or self._persist_task.done():
+            self._persist_task = asyncio.get_running_loop().create_task(self._persist_all())
+
+    def _commit_all_to_store(self) -> dict[MessageQueue, int]:
+        out = {}
+        for mq, st in self._queues.items():
+            if st.consume_offset >= 0 and not st.pq.dropped:
+                self.offset_store.update_offset(mq, st.consume_offset, False)
+                out[mq] = st.consume_offset
+        return out
+
+    async def _persist_all(self) -> None:
+        try:
+            await self.offset_store.persist_all(list(self._queues))
+        except Exception as e:
+            log.error("persist_consumer_offset_failed", group=self._group, error=f"{type(e).__name__}: {e}")
+
+    async def commit(self, offsets: dict[MessageQueue, int] | None = None, *, persist: bool = True) -> dict[MessageQueue, int]:
+        """Commit the offsets after what poll() returned (or the given ones) and, with `persist`,
+        push them to the broker (or the local file) now. Returns what was committed."""
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        if offsets is None:
+            done = self._commit_all_to_store()
+        else:
+            done = {}
+            for mq, off in offsets.items():
+                self.offset_store.update_offset(mq, int(off), False)
+                done[mq] = int(off)
+        if persist and done:
+            await asyncio.gather(*(self.offset_store.persist(mq) for mq in done))
+        return done
+
+    async def commit_sync(self, offsets: dict[MessageQueue, int] | None = None) -> dict[MessageQueue, int]:
+        return await self.commit(offsets, persist=True)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of the queue (this client's, else the store's); None if none."""
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        off = await self.offset_store.read_offset(mq, ReadOffsetType.MEMORY_FIRST_THEN_STORE)
+        if off == -2:
+            raise MQClientError(f"could not read the committed offset of {mq}")
+        return None if off < 0 else off
+
+    def position(self, mq: MessageQueue) -> int | None:
+        """The offset after the last message poll() returned for the queue (None if unknown)."""
+        st = self._queues.get(mq)
+        return None if st is None or st.consume_offset < 0 else st.consume_offset
+
+    # ------------------------------------------------------------------ seek / pause
+    async def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Restart `mq` at `offset` (must be within the queue's [min, max] offsets)."""
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        if mq not in self._queues:
+            why = ", may be rebalancing" if self._mode is _Mode.SUBSCRIBE else ""
+            raise MQClientError(f"The message queue is not in assigned list{why}, message queue: {mq}")
+        lo = max(0, await min_offset(self.instance, mq))
+        hi = max(0, await max_offset(self.instance, mq))
+        if offset < lo or offset > hi:
+            raise MQClientError(f"Seek offset illegal, seek offset = {offset}, min offset = {lo}, max offset = {hi}")
+        await self._seek_unchecked(mq, offset)
+
+    async def _seek_unchecked(self, mq: MessageQueue, offset: int) -> None:
+        st = self._queues.get(mq)
+        if st is None:
+            raise MQClientError(f"The message queue is not in assigned list, message queue: {mq}")
+        st.generation += 1
+        self.pull_service.stop_queue(mq)
+        self._purge_ready(st)
+        st.pull_offset = offset
+        st.consume_offset = offset
+        self.pull_service.execute_pull_request_immediately(PullRequest(self._group, mq, st.pq, offset))
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        await self.seek(mq, max(0, await min_offset(self.instance, mq)))
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        await self.seek(mq, max(0, await max_offset(self.instance, mq)))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        for mq in queues:
+            st = self._queues.get(mq)
+            if st is not None:
+                st.paused = True
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        for mq in queues:
+            st = self._queues.get(mq)
+            if st is not None:
+                st.paused = False
+        if self._ready_event is not None:
+            self._ready_event.set()
+
+    def is_paused(self, mq: MessageQueue) -> bool:
+        st = self._queues.get(mq)
+        return bool(st and st.paused)
+
+    # ------------------------------------------------------------------ queries
+    async def _any_instance(self) -> MQClientInstance:
+        if self._instance is not None:
+            return self._instance
+        if self._reader is None:
+            self._reader = await QueueReader.create(config=self.client_config, consumer_group=self._group)
+        return self._reader.instance
+
+    async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues of a topic, from the NameServer."""
+        inst = await self._any_instance()
+        route = await inst.api.get_topic_route_info_from_name_server(topic)
+        return sorted(topic_route_to_subscribe_info(topic, route))
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return max(0, await min_offset(await self._any_instance(), mq))
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return max(0, await max_offset(await self._any_instance(), mq))
+
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        from .rebalance import search_offset
+
+        return await search_offset(await self._any_instance(), mq, int(timestamp_ms))
+
+    # ------------------------------------------------------------------ plain range reads
+    async def _queue_reader(self) -> QueueReader:
+        if self._reader is None:
+            if self._instance is not None:
+                self._reader = QueueReader(self._instance, consumer_group=self._group)
+            else:
+                self._reader = await QueueReader.create(config=self.client_config, consumer_group=self._group)
+        return self._reader
+
+    async def read_range(
+        self, mq: MessageQueue, start: int, end: int, *, sub_expression: str = SUB_ALL
+    ) -> AsyncIterator[list[MessageExt]]:
+        """Messages of `mq` with start <= offset < end, in order, one list per pull; no group
+        membership, no offsets committed (client.reader.QueueReader.read_range)."""
+        reader = await self._queue_reader()
+        async for msgs in reader.read_range(mq, start, end, sub_expression=sub_expression):
+            yield msgs
+
+    async def close_reader(self) -> None:
+        if self._reader is not None:
+            r, self._reader = self._reader, None
+            await r.close()

@@ -1,0 +1,93 @@
+"""PullAPIWrapper: one PULL_MESSAGE for a consumer, and what the client does with the answer.
+
+- picks the broker: the master, or the broker id the last answer suggested for that queue
+  (suggestWhichBrokerId, when the data is no longer in the master's memory and slave reads are on);
+- never asks a slave to commit an offset;
+- processes the result: exact tag re-check (the broker filtered by hash code), and the
+  MIN_OFFSET / MAX_OFFSET properties on every message (so a listener can see the backlog).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from remoting.body import SubscriptionData
+from remoting.headers import PullMessageRequestHeader
+from remoting.message import MessageConst
+
+from ..errors import MQClientError
+from ..message import MessageQueue, PullResult, PullStatus
+from ..mq_client_api import PullSysFlag
+from ..route import MASTER_ID
+from .filter import filter_messages
+
+if TYPE_CHECKING:
+    from ..instance import MQClientInstance
+
+__all__ = ["PullAPIWrapper"]
+
+
+class PullAPIWrapper:
+    def __init__(self, instance: MQClientInstance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+        self._pull_from_which_node: dict[MessageQueue, int] = {}
+
+    def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
+        return self._pull_from_which_node.get(mq, MASTER_ID)
+
+    async def _find_broker(self, mq: MessageQueue) -> tuple[str, bool]:
+        inst = self.instance
+        found = inst.find_broker_address_in_subscribe(mq.broker_name, self.recalculate_pull_from_which_node(mq), False)
+        if found is None:
+            await inst.update_topic_route_info_from_name_server(mq.topic)
+            found = inst.find_broker_address_in_subscribe(
+                mq.broker_name, self.recalculate_pull_from_which_node(mq), False
+            )
+        if found is None:
+            raise MQClientError(f"The broker[{mq.broker_name}] not exist")
+        return found
+
+    async def pull_kernel(
+        self,
+        mq: MessageQueue,
+        sd: SubscriptionData,
+        offset: int,
+        max_nums: int,
+        *,
+        commit_offset: int = 0,
+        commit_enable: bool = False,
+        suspend: bool = True,
+        suspend_timeout_ms: int = 15_000,
+        timeout_ms: float = 30_000,
+    ) -> PullResult:
+        """Pull `max_nums` messages of `mq` from `offset` (long polling when `suspend`), processed."""
+        addr, is_slave = await self._find_broker(mq)
+        sys_flag = PullSysFlag.build(commit_enable and not is_slave, suspend, True, sd.class_filter_mode)
+        header = PullMessageRequestHeader(
+            consumer_group=self.group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=sys_flag,
+            commit_offset=commit_offset,
+            suspend_timeout_millis=suspend_timeout_ms if suspend else 0,
+            subscription=sd.sub_string,
+            sub_version=sd.sub_version,
+            expression_type=sd.expression_type,
+        )
+        result = await self.instance.api.pull_message(addr, header, timeout_ms)
+        return self.process_pull_result(mq, result, sd)
+
+    def process_pull_result(self, mq: MessageQueue, result: PullResult, sd: SubscriptionData) -> PullResult:
+        self._pull_from_which_node[mq] = result.suggest_which_broker_id
+        if result.status is PullStatus.FOUND and result.messages:
+            msgs = filter_messages(sd, result.messages)
+            lo, hi = str(result.min_offset), str(result.max_offset)
+            for m in msgs:
+                props = m.properties
+                props[MessageConst.PROPERTY_MIN_OFFSET] = lo
+                props[MessageConst.PROPERTY_MAX_OFFSET] = hi
+            result.messages = msgs
+        return result

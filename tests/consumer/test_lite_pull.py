@@ -1,0 +1,151 @@
+"""LitePullConsumer against real daemons: assign / seek / commit / pause, subscribe, range reads."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from client import LitePullConsumer
+from client.errors import MQClientError
+from client.message import MessageExt, MessageQueue
+from client.reader import QueueReader
+
+from .conftest import ConsumerCluster, create_topic, send_to_queues, wait_until
+
+
+async def poll_until(c: LitePullConsumer, want: int, timeout: float = 15) -> list[MessageExt]:
+    out: list[MessageExt] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want:
+        assert time.monotonic() < deadline, f"polled {len(out)} of {want} messages"
+        out.extend(await c.poll(0.5))
+    return out
+
+
+async def broker_committed(cluster: ConsumerCluster, group: str, mq: MessageQueue) -> int | None:
+    reader = await QueueReader.create(cluster.namesrv_addr)
+    try:
+        return await reader.committed_offset(group, mq)
+    finally:
+        await reader.close()
+
+
+async def test_assign_poll_commit_seek_and_pause(mq_cluster: ConsumerCluster, names: Callable[[str], str]) -> None:
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 2)
+    sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 5)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit=False, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    assert await c.fetch_message_queues(topic) == queues
+    c.assign(queues)
+    with pytest.raises(MQClientError, match="mutually exclusive"):
+        c.subscribe(topic)
+    await c.start()
+    try:
+        msgs = await poll_until(c, 10)
+        assert sorted(m.body for m in msgs) == sorted(sent)
+        for mq in queues:  # per queue in offset order
+            offs = [m.queue_offset for m in msgs if m.queue_id == mq.queue_id]
+            assert offs == sorted(offs) == list(range(5))
+        assert await c.poll(0.2) == []
+        assert c.position(queues[0]) == 5
+        assert await c.committed(queues[0]) == 0  # nothing committed yet (new queue -> 0)
+        done = await c.commit()
+        assert done == {queues[0]: 5, queues[1]: 5}
+        assert await broker_committed(mq_cluster, group, queues[0]) == 5
+
+        await c.seek(queues[1], 2)
+        again = await poll_until(c, 3)
+        assert [m.queue_offset for m in again] == [2, 3, 4] and {m.queue_id for m in again} == {1}
+        await c.seek_to_begin(queues[0])
+        again = await poll_until(c, 5)
+        assert [m.queue_offset for m in again] == [0, 1, 2, 3, 4]
+        with pytest.raises(MQClientError, match="Seek offset illegal"):
+            await c.seek(queues[0], 99)
+
+        c.pause([queues[0]])
+        more = await send_to_queues(mq_cluster.namesrv_addr, queues, 2, prefix="n")
+        got = await poll_until(c, 2)
+        assert {m.queue_id for m in got} == {1}
+        await asyncio.sleep(0.3)
+        assert await c.poll(0.2) == []  # queue 0 is paused
+        c.resume([queues[0]])
+        got += await poll_until(c, 2)
+        assert sorted(m.body for m in got) == sorted(more)
+        await c.seek_to_end(queues[0])
+        assert c.position(queues[0]) == 7
+        await c.commit()
+        assert await broker_committed(mq_cluster, group, queues[0]) == 7
+    finally:
+        await c.shutdown()
+
+
+async def test_auto_commit_commits_what_earlier_polls_returned(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 1)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 4)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit_interval_millis=1000, pull_batch_size=2)
+    c.assign(queues)
+    await c.start()
+    try:
+        await poll_until(c, 4)
+        await asyncio.sleep(1.05)
+        await c.poll(0.1)  # the auto-commit point
+        deadline = time.monotonic() + 10
+        while await broker_committed(mq_cluster, group, queues[0]) != 4:
+            assert time.monotonic() < deadline, "auto-commit did not reach the broker"
+            await asyncio.sleep(0.1)
+    finally:
+        await c.shutdown()
+
+
+async def test_subscribe_two_lite_consumers_split_the_queues(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 4)
+    sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
+    cs = [
+        LitePullConsumer(group, mq_cluster.namesrv_addr, instance_name=f"l{i}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        for i in range(2)
+    ]
+    for c in cs:
+        c.subscribe(topic, "*")
+    try:
+        for c in cs:
+            await c.start()
+        await wait_until(
+            lambda: sorted(cs[0].assignment() + cs[1].assignment()) == queues
+            and len(cs[0].assignment()) == 2,
+            10,
+            "a 2/2 split",
+        )
+        got: list[bytes] = []
+        deadline = time.monotonic() + 15
+        while len(got) < len(sent):
+            assert time.monotonic() < deadline
+            for c in cs:
+                got.extend(m.body for m in await c.poll(0.2))
+        assert sorted(got) == sorted(sent)
+    finally:
+        for c in cs:
+            await c.shutdown()
+
+
+async def test_read_range_needs_no_group_membership(mq_cluster: ConsumerCluster, names: Callable[[str], str]) -> None:
+    topic = names("T")
+    queues = await create_topic(mq_cluster, topic, 1)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 20)
+    c = LitePullConsumer(names("G"), mq_cluster.namesrv_addr)  # never started
+    try:
+        offsets = []
+        async for msgs in c.read_range(queues[0], 5, 15):
+            offsets.extend(m.queue_offset for m in msgs)
+        assert offsets == list(range(5, 15))
+        assert (await c.min_offset(queues[0]), await c.max_offset(queues[0])) == (0, 20)
+    finally:
+        await c.shutdown()

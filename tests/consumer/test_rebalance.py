@@ -1,0 +1,186 @@
+"""Consumers of one group split the queues per strategy, and re-split at once (NOTIFY) when a member
+joins or leaves; no message is lost across the switch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+from client.consumer.allocate import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
+    AllocateMessageQueueConsistentHash,
+    AllocateMessageQueueStrategy,
+)
+from client.message import MessageQueue
+
+from .conftest import ROOM_BROKER, ConsumerCluster, create_topic, send_to_queues, wait_until
+
+NOTIFY_BOUND_S = 8.0  # well under the 20 s periodic rebalance
+
+
+def mine(c: PushConsumer, topic: str) -> set[MessageQueue]:
+    return {q for q in c.assigned_queues() if q.topic == topic}
+
+
+def make_consumer(
+    cluster: ConsumerCluster,
+    group: str,
+    topic: str,
+    name: str,
+    strategy: AllocateMessageQueueStrategy,
+    received: dict[str, list[bytes]],
+    **kw: object,
+) -> PushConsumer:
+    received.setdefault(name, [])
+
+    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        received[name].extend(m.body for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        group,
+        cluster.namesrv_addr,
+        instance_name=f"{name}-{group}",
+        allocate_strategy=strategy,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        **kw,  # type: ignore[arg-type]
+    )
+    c.subscribe(topic, "*")
+    c.register_listener(listener)
+    return c
+
+
+STRATEGIES: dict[str, Callable[[], AllocateMessageQueueStrategy]] = {
+    "avg": AllocateMessageQueueAveragely,
+    "circle": AllocateMessageQueueAveragelyByCircle,
+    "hash": AllocateMessageQueueConsistentHash,
+}
+
+
+def expected_split(
+    strategy: AllocateMessageQueueStrategy, group: str, queues: list[MessageQueue], consumers: list[PushConsumer]
+) -> dict[str, set[MessageQueue]]:
+    cids = sorted(c.client_id for c in consumers)
+    return {cid: set(strategy.allocate(group, cid, sorted(queues), cids)) for cid in cids}
+
+
+@pytest.mark.parametrize("strategy_name", sorted(STRATEGIES))
+async def test_two_consumers_split_and_take_over_when_one_leaves(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], strategy_name: str
+) -> None:
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 8)
+    received: dict[str, list[bytes]] = {}
+    strategy = STRATEGIES[strategy_name]()
+    c1 = make_consumer(mq_cluster, group, topic, "c1", strategy, received)
+    c2 = make_consumer(mq_cluster, group, topic, "c2", strategy, received)
+    await c1.start()
+    try:
+        await wait_until(lambda: mine(c1, topic) == set(queues), 10, "c1 owning every queue")
+        await c2.start()
+        joined = time.monotonic()
+        exp = expected_split(strategy, group, queues, [c1, c2])
+        await wait_until(
+            lambda: mine(c1, topic) == exp[c1.client_id] and mine(c2, topic) == exp[c2.client_id],
+            NOTIFY_BOUND_S,
+            "the split after c2 joined (NOTIFY_CONSUMER_IDS_CHANGED)",
+        )
+        assert time.monotonic() - joined < NOTIFY_BOUND_S
+        assert not (mine(c1, topic) & mine(c2, topic))
+
+        sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 4)
+        await wait_until(lambda: set(sent) <= set(received["c1"]) | set(received["c2"]), 20, "every message")
+        for name, c in (("c1", c1), ("c2", c2)):
+            owned = {q.queue_id for q in exp[c.client_id]}
+            assert {int(b.decode().split("-")[-2]) for b in received[name]} <= owned, name
+
+        await c2.shutdown()
+        left = time.monotonic()
+        await wait_until(lambda: mine(c1, topic) == set(queues), NOTIFY_BOUND_S, "c1 taking every queue back")
+        assert time.monotonic() - left < NOTIFY_BOUND_S
+        sent2 = await send_to_queues(mq_cluster.namesrv_addr, queues, 3, prefix="n")
+        await wait_until(lambda: set(sent2) <= set(received["c1"]), 20, "the messages after c2 left")
+        everything = received["c1"] + received["c2"]
+        assert set(sent) | set(sent2) <= set(everything)  # no loss
+        # duplicates only around the switch: at most what c2 owned, never the later batch
+        assert all(received["c1"].count(b) == 1 for b in sent2)
+    finally:
+        await c2.shutdown()
+        await c1.shutdown()
+
+
+async def test_three_consumers_split_evenly_and_two_cover_when_one_leaves(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 8)
+    received: dict[str, list[bytes]] = {}
+    strategy = AllocateMessageQueueAveragely()
+    cs = [make_consumer(mq_cluster, group, topic, f"c{i}", strategy, received) for i in range(3)]
+    try:
+        for c in cs:
+            await c.start()
+        exp = expected_split(strategy, group, queues, cs)
+        await wait_until(
+            lambda: all(mine(c, topic) == exp[c.client_id] for c in cs), NOTIFY_BOUND_S, "a 3/3/2 split"
+        )
+        assert sorted(len(v) for v in exp.values()) == [2, 3, 3]
+        sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
+        await wait_until(lambda: set(sent) <= {b for v in received.values() for b in v}, 20, "every message")
+
+        gone = cs.pop(1)
+        await gone.shutdown()
+        exp2 = expected_split(strategy, group, queues, cs)
+        await wait_until(
+            lambda: all(mine(c, topic) == exp2[c.client_id] for c in cs), NOTIFY_BOUND_S, "a 4/4 split"
+        )
+        assert sorted(len(v) for v in exp2.values()) == [4, 4]
+        sent2 = await send_to_queues(mq_cluster.namesrv_addr, queues, 3, prefix="n")
+        await wait_until(
+            lambda: set(sent2) <= {b for n in ("c0", "c2") for b in received[n]}, 20, "messages after the leave"
+        )
+    finally:
+        for c in cs:
+            await c.shutdown()
+
+
+async def test_by_config_and_by_machine_room(mq_cluster: ConsumerCluster, names: Callable[[str], str]) -> None:
+    topic, group, group2 = names("T"), names("G"), names("H")
+    queues = await create_topic(mq_cluster, topic, 4, brokers=["broker-a", ROOM_BROKER])
+    room_queues = [q for q in queues if q.broker_name == ROOM_BROKER]
+    received: dict[str, list[bytes]] = {}
+    # ByMachineRoom: only queues of brokers "<room>@..." in our rooms, spread over the consumers
+    room = [
+        make_consumer(mq_cluster, group, topic, f"r{i}", AllocateMessageQueueByMachineRoom(["room1"]), received)
+        for i in range(2)
+    ]
+    # ByConfig: exactly the queues configured
+    picked = [queues[0], queues[5]]
+    fixed = make_consumer(mq_cluster, group2, topic, "f", AllocateMessageQueueByConfig(picked), received)
+    try:
+        for c in [*room, fixed]:
+            await c.start()
+        await wait_until(
+            lambda: mine(room[0], topic) | mine(room[1], topic) == set(room_queues)
+            and len(mine(room[0], topic)) == 2
+            and len(mine(room[1], topic)) == 2,
+            NOTIFY_BOUND_S,
+            "room1 queues split 2/2",
+        )
+        await wait_until(lambda: mine(fixed, topic) == set(picked), NOTIFY_BOUND_S, "the configured queues")
+        sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 2)
+        room_sent = {b for b in sent if ROOM_BROKER in b.decode()}
+        await wait_until(lambda: room_sent <= set(received["r0"]) | set(received["r1"]), 20, "room1 messages")
+        assert not (set(received["r0"]) | set(received["r1"])) - room_sent
+        picked_sent = {b for b in sent if any(b.decode().startswith(f"m-{q.broker_name}-{q.queue_id}-") for q in picked)}
+        await wait_until(lambda: picked_sent <= set(received["f"]), 20, "the configured queues' messages")
+        assert set(received["f"]) == picked_sent
+    finally:
+        for c in [*room, fixed]:
+            await c.shutdown()

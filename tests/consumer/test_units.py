@@ -1,0 +1,246 @@
+"""Consumer building blocks without daemons: tag filter, ProcessQueue, offset stores, start offsets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.consumer.filter import build_subscription_data, filter_messages
+from client.consumer.listener import ConsumeFromWhere
+from client.consumer.offset_store import LocalFileOffsetStore, ReadOffsetType
+from client.consumer.process_queue import ProcessQueue
+from client.consumer.rebalance import compute_pull_from_where, parse_consume_timestamp
+from client.errors import MQClientError
+from client.message import MessageQueue
+from remoting.message import MessageExt, java_string_hash
+
+
+def msg(offset: int, tags: str | None = None, body: bytes = b"x") -> MessageExt:
+    props = {"TAGS": tags} if tags else {}
+    return MessageExt(topic="T", body=body, queue_offset=offset, properties=props)
+
+
+# ------------------------------------------------------------------ filter
+def test_tag_expression_builds_tags_and_java_hash_codes() -> None:
+    sd = build_subscription_data("T", " TagA ||TagB|| TagA ")
+    assert sd.tags_set == ["TagA", "TagB"]
+    assert sd.code_set == [java_string_hash("TagA"), java_string_hash("TagB")]
+    assert java_string_hash("TagA") == 2_598_919  # "TagA".hashCode() in Java
+    assert build_subscription_data("T", "*").tags_set == []
+    assert build_subscription_data("T", None).sub_string == "*"
+    with pytest.raises(MQClientError):
+        build_subscription_data("T", "TagA || ")
+
+
+def test_client_side_tag_recheck() -> None:
+    sd = build_subscription_data("T", "A || B")
+    got = filter_messages(sd, [msg(0, "A"), msg(1, "C"), msg(2, None), msg(3, "B")])
+    assert [m.queue_offset for m in got] == [0, 3]
+    assert len(filter_messages(build_subscription_data("T", "*"), [msg(0, "C"), msg(1)])) == 2
+
+
+# ------------------------------------------------------------------ ProcessQueue
+def test_offset_advances_only_past_lowest_unfinished() -> None:
+    pq = ProcessQueue()
+    ms = [msg(i, body=b"ab") for i in range(10, 15)]
+    assert pq.put_messages(ms) is True
+    assert pq.msg_count == 5 and pq.msg_size == 10 and pq.max_span() == 4
+    assert pq.remove_messages([ms[1], ms[2]]) == 10  # 10 still in progress
+    assert pq.remove_messages([ms[0]]) == 13
+    assert pq.remove_messages([ms[3], ms[4]]) == 15  # empty: max seen + 1
+    assert pq.msg_count == 0 and pq.msg_size == 0
+    assert pq.remove_messages([ms[0]]) == -1
+    assert pq.msg_count_high_watermark == 5
+
+
+def test_duplicate_puts_are_not_counted() -> None:
+    pq = ProcessQueue()
+    pq.put_messages([msg(1), msg(2)])
+    pq.put_messages([msg(2), msg(3)])
+    assert pq.msg_count == 3
+
+
+def test_orderly_take_commit_and_consume_again() -> None:
+    pq = ProcessQueue()
+    assert pq.put_messages([msg(i) for i in range(5)]) is True
+    assert pq.put_messages([msg(5)]) is False  # already consuming: no second dispatch
+    first = pq.take_messages(2)
+    assert [m.queue_offset for m in first] == [0, 1]
+    pq.make_message_to_consume_again([first[1]])
+    assert [m.queue_offset for m in pq.take_messages(1)] == [1]  # back in order, before 2
+    assert pq.commit() == 2
+    assert pq.msg_count == 4
+    taken = pq.take_messages(10)
+    assert [m.queue_offset for m in taken] == [2, 3, 4, 5]
+    pq.rollback()
+    assert pq.first_offset() == 2
+    pq.take_messages(10)
+    assert pq.commit() == 6
+    assert pq.take_messages(1) == [] and pq.consuming is False
+
+
+# ------------------------------------------------------------------ LocalFileOffsetStore
+async def test_local_offset_store_roundtrip_atomic_and_java_format(tmp_path: Path) -> None:
+    mq0, mq1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+    store = LocalFileOffsetStore("1.2.3.4@DEFAULT", "G", tmp_path)
+    store.update_offset(mq0, 5, False)
+    store.update_offset(mq0, 3, True)  # increase only: ignored
+    store.update_offset(mq1, 7, False)
+    await store.persist_all([mq0, mq1])
+    path = tmp_path / "1.2.3.4@DEFAULT" / "G" / "offsets.json"
+    assert json.loads(path.read_text())["offsetTable"][0] == {"topic": "T", "brokerName": "b", "queueId": 0, "offset": 5}
+    store.update_offset(mq0, 9, False)
+    await store.persist_all([mq0])  # mq1 stays in the file
+    assert path.with_name("offsets.json.bak").exists()
+    fresh = LocalFileOffsetStore("1.2.3.4@DEFAULT", "G", tmp_path)
+    await fresh.load()
+    assert fresh.clone_offset_table("T") == {mq0: 9, mq1: 7}
+    assert await fresh.read_offset(MessageQueue("T", "b", 2), ReadOffsetType.READ_FROM_STORE) == -1
+    # a file written by the Java client (fastjson object keys) loads too
+    path.write_text('{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:42}}')
+    assert await fresh.read_offset(mq1, ReadOffsetType.READ_FROM_STORE) == 42
+
+
+# ------------------------------------------------------------------ computePullFromWhere
+class FakeStore:
+    def __init__(self, stored: int) -> None:
+        self.stored = stored
+
+    async def read_offset(self, mq: MessageQueue, type_: ReadOffsetType) -> int:
+        assert type_ is ReadOffsetType.READ_FROM_STORE
+        return self.stored
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def get_max_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        self.calls.append(("max", topic))
+        return 100
+
+    async def search_offset(self, addr: str, topic: str, queue_id: int, ts: int) -> int:
+        self.calls.append(("search", ts))
+        return 40
+
+
+class FakeInstance:
+    def __init__(self) -> None:
+        self.api = FakeApi()
+
+    def find_broker_address_in_publish(self, name: str) -> str:
+        return "127.0.0.1:1"
+
+
+CFW = ConsumeFromWhere
+TS = "20240102030405"
+
+
+@pytest.mark.parametrize(
+    ("stored", "cfw", "topic", "expected", "asked"),
+    [
+        (17, CFW.CONSUME_FROM_LAST_OFFSET, "T", 17, None),
+        (17, CFW.CONSUME_FROM_TIMESTAMP, "T", 17, None),
+        (-1, CFW.CONSUME_FROM_LAST_OFFSET, "T", 100, "max"),
+        (-1, CFW.CONSUME_FROM_MAX_OFFSET, "T", 100, "max"),
+        (-1, CFW.CONSUME_FROM_LAST_OFFSET, "%RETRY%G", 0, None),
+        (-1, CFW.CONSUME_FROM_FIRST_OFFSET, "T", 0, None),
+        (-1, CFW.CONSUME_FROM_TIMESTAMP, "T", 40, "search"),
+        (-1, CFW.CONSUME_FROM_TIMESTAMP, "%RETRY%G", 100, "max"),
+        (-2, CFW.CONSUME_FROM_FIRST_OFFSET, "T", -1, None),
+    ],
+)
+async def test_compute_pull_from_where_like_rocketmq_494(
+    stored: int, cfw: ConsumeFromWhere, topic: str, expected: int, asked: str | None
+) -> None:
+    inst = FakeInstance()
+    got = await compute_pull_from_where(inst, FakeStore(stored), MessageQueue(topic, "b", 0), cfw, TS)  # type: ignore[arg-type]
+    assert got == expected
+    assert [c[0] for c in inst.api.calls] == ([asked] if asked else [])
+    if asked == "search":
+        assert inst.api.calls[0][1] == parse_consume_timestamp(TS)
+
+
+def test_consume_timestamp_format() -> None:
+    assert parse_consume_timestamp("20240102030405") > 0
+    with pytest.raises(MQClientError, match="yyyyMMddHHmmss"):
+        parse_consume_timestamp("2024-01-02 03:04:05")
+
+
+# ------------------------------------------------------------------ concurrent consume service
+class FakeOffsetStore:
+    def __init__(self) -> None:
+        self.table: dict[MessageQueue, int] = {}
+
+    def update_offset(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        if not increase_only or offset > self.table.get(mq, -1):
+            self.table[mq] = offset
+
+
+class FakePushConsumer:
+    group = "G"
+    consume_thread_max = 2
+    consume_message_batch_max_size = 1
+    consume_timeout = 15.0
+
+    def __init__(self, send_back_ok: bool) -> None:
+        from client.consumer.listener import MessageModel
+
+        self.message_model = MessageModel.CLUSTERING
+        self.offset_store = FakeOffsetStore()
+        self.send_back_ok = send_back_ok
+        self.sent_back: list[tuple[int, int]] = []
+
+    def reset_retry_topic(self, msgs: Any) -> None:
+        pass
+
+    async def send_message_back_safe(self, m: MessageExt, delay_level: int, broker_name: str) -> bool:
+        self.sent_back.append((m.queue_offset, delay_level))
+        return self.send_back_ok
+
+
+@pytest.mark.parametrize("send_back_ok", [True, False])
+async def test_concurrent_failures_are_sent_back_or_retried_locally(
+    monkeypatch: pytest.MonkeyPatch, send_back_ok: bool
+) -> None:
+    import asyncio
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    monkeypatch.setattr(consume_service, "SEND_BACK_RETRY_LOCALLY_DELAY_S", 0.05)
+    consumer = FakePushConsumer(send_back_ok)
+    calls: list[tuple[int, int]] = []
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        m = msgs[0]
+        calls.append((m.queue_offset, m.reconsume_times))
+        if m.queue_offset == 1 and m.reconsume_times == 0:
+            ctx.delay_level_when_next_consume = 5
+            return ConsumeConcurrentlyStatus.RECONSUME_LATER
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    mq = MessageQueue("T", "b", 0)
+    pq = ProcessQueue()
+    ms = [msg(i) for i in range(3)]
+    pq.put_messages(ms)
+    svc.submit_consume_request(ms, pq, mq)
+    try:
+        for _ in range(100):
+            if consumer.offset_store.table.get(mq) == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert consumer.offset_store.table[mq] == 3
+        assert consumer.sent_back == [(1, 5)]
+        if send_back_ok:
+            assert sorted(calls) == [(0, 0), (1, 0), (2, 0)]
+        else:  # consumed again here, with the reconsume count raised, before the offset passed it
+            assert sorted(calls) == [(0, 0), (1, 0), (1, 1), (2, 0)]
+        assert pq.msg_count == 0
+    finally:
+        await svc.shutdown(0.1)
