@@ -12,6 +12,21 @@ coroutine per request code), `producer`, `admin`; `sync` wraps them for blocking
 
 from .admin import Admin
 from .config import ClientConfig
+from .consumer import (
+    AllocateMessageQueueAveragely,
+    AllocateMessageQueueAveragelyByCircle,
+    AllocateMessageQueueByConfig,
+    AllocateMessageQueueByMachineRoom,
+    AllocateMessageQueueConsistentHash,
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    LitePullConsumer,
+    MessageModel,
+    PushConsumer,
+)
 from .errors import (
     InvalidMessageError,
     MQBrokerError,
@@ -72,4 +87,35 @@ __all__ = [
     "TopicNotExistError",
     "error_for_code",
     "get_client_manager",
+    # consumers
+    "AllocateMessageQueueAveragely",
+    "AllocateMessageQueueAveragelyByCircle",
+    "AllocateMessageQueueByConfig",
+    "AllocateMessageQueueByMachineRoom",
+    "AllocateMessageQueueConsistentHash",
+    "ConsumeConcurrentlyContext",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
+    "LitePullConsumer",
+    "MessageModel",
+    "PushConsumer",
+]
+
+# transactions
+from .producer.transaction import (  # noqa: E402
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+    TransactionStatus,
+)
+
+__all__ += [
+    "LocalTransactionState",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionStatus",
 ]

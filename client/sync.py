@@ -238,3 +238,249 @@ class Admin:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | {n for n in dir(self._a) if not n.startswith("_")})
+
+
+# ------------------------------------------------------------------------------------------ consumers
+
+from collections.abc import Callable, Iterator  # noqa: E402
+
+from .consumer import lite_pull_consumer as _lite  # noqa: E402
+from .consumer import push_consumer as _push  # noqa: E402
+from .message import MessageExt  # noqa: E402
+
+__all__ += ["LitePullConsumer", "PushConsumer"]
+
+
+async def _call(fn: Callable[[], Any]) -> Any:
+    """Run a plain function on the loop thread (for methods that create tasks)."""
+    return fn()
+
+
+class PushConsumer:
+    """Blocking twin of client.PushConsumer: same constructor and method names.
+
+    A plain-function listener runs in the consumer's thread pool (never on the loop thread), so it
+    may block and may call other blocking client objects (e.g. a client.sync.Producer).
+    """
+
+    def __init__(self, group: str, namesrv_addr: str | None = None, **kwargs: Any) -> None:
+        self._runner = get_loop_thread()
+        self._c = _push.PushConsumer(group, namesrv_addr, **kwargs)
+
+    @property
+    def group(self) -> str:
+        return self._c.group
+
+    @property
+    def async_consumer(self) -> _push.PushConsumer:
+        """The underlying asyncio consumer (use it only on the client loop thread)."""
+        return self._c
+
+    @property
+    def running(self) -> bool:
+        return self._c.running
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        if self._c.running:
+            self._runner.run(_call(lambda: self._c.subscribe(topic, expression)))
+        else:
+            self._c.subscribe(topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        self._runner.run(_call(lambda: self._c.unsubscribe(topic)))
+
+    def register_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
+        self._c.register_listener(fn, orderly)
+
+    def register_message_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
+        self._c.register_listener(fn, orderly)
+
+    def register_orderly_listener(self, fn: Callable[..., Any]) -> None:
+        self._c.register_orderly_listener(fn)
+
+    def start(self) -> None:
+        self._runner.run(self._c.start())
+
+    def shutdown(self) -> None:
+        self._runner.run(self._c.shutdown())
+
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def suspend(self) -> None:
+        self._c.suspend()
+
+    def resume(self) -> None:
+        self._runner.run(self._c.resume())
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._runner.run(_call(self._c.assigned_queues))
+
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        return self._runner.run(self._c.fetch_subscribe_message_queues(topic))
+
+    def send_message_back(self, msg: MessageExt, delay_level: int = 0, broker_name: str | None = None) -> None:
+        self._runner.run(self._c.send_message_back(msg, delay_level, broker_name))
+
+
+class LitePullConsumer:
+    """Blocking twin of client.LitePullConsumer: same constructor and method names; `poll(timeout)`
+    blocks the calling thread up to `timeout` seconds; `read_range` is a blocking iterator."""
+
+    def __init__(self, group: str, namesrv_addr: str | None = None, **kwargs: Any) -> None:
+        self._runner = get_loop_thread()
+        self._c = _lite.LitePullConsumer(group, namesrv_addr, **kwargs)
+
+    @property
+    def group(self) -> str:
+        return self._c.group
+
+    @property
+    def async_consumer(self) -> _lite.LitePullConsumer:
+        return self._c
+
+    @property
+    def running(self) -> bool:
+        return self._c.running
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
+        return self._runner.run(coro, timeout)
+
+    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+        self._run(_call(lambda: self._c.subscribe(topic, expression)))
+
+    def unsubscribe(self, topic: str) -> None:
+        self._run(_call(lambda: self._c.unsubscribe(topic)))
+
+    def assign(self, queues: Iterable[MessageQueue]) -> None:
+        qs = list(queues)
+        self._run(_call(lambda: self._c.assign(qs)))
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._run(_call(self._c.assignment))
+
+    def start(self) -> None:
+        self._run(self._c.start())
+
+    def shutdown(self) -> None:
+        self._run(self._c.shutdown())
+
+    def __enter__(self) -> LitePullConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        t = self._c.poll_timeout_millis / 1000 if timeout is None else timeout
+        return self._run(self._c.poll(t), t + 30.0)
+
+    def commit(self, offsets: dict[MessageQueue, int] | None = None, *, persist: bool = True) -> dict[MessageQueue, int]:
+        return self._run(self._c.commit(offsets, persist=persist))
+
+    def commit_sync(self, offsets: dict[MessageQueue, int] | None = None) -> dict[MessageQueue, int]:
+        return self._run(self._c.commit_sync(offsets))
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        return self._run(self._c.committed(mq))
+
+    def position(self, mq: MessageQueue) -> int | None:
+        return self._run(_call(lambda: self._c.position(mq)))
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        self._run(self._c.seek(mq, offset))
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        self._run(self._c.seek_to_begin(mq))
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        self._run(self._c.seek_to_end(mq))
+
+    def pause(self, queues: Iterable[MessageQueue]) -> None:
+        qs = list(queues)
+        self._run(_call(lambda: self._c.pause(qs)))
+
+    def resume(self, queues: Iterable[MessageQueue]) -> None:
+        qs = list(queues)
+        self._run(_call(lambda: self._c.resume(qs)))
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        return self._run(self._c.fetch_message_queues(topic))
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._run(self._c.min_offset(mq))
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._run(self._c.max_offset(mq))
+
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return self._run(self._c.offset_for_timestamp(mq, timestamp_ms))
+
+    def read_range(
+        self, mq: MessageQueue, start: int, end: int, *, sub_expression: str = "*"
+    ) -> Iterator[list[MessageExt]]:
+        """Blocking iterator over LitePullConsumer.read_range (no group membership)."""
+        agen = self._c.read_range(mq, start, end, sub_expression=sub_expression)
+        try:
+            while True:
+                try:
+                    batch = self._run(agen.__anext__(), 120.0)
+                except StopAsyncIteration:
+                    return
+                yield batch
+        finally:
+            try:
+                self._run(agen.aclose(), 10.0)
+            except Exception:
+                pass
+
+    def close_reader(self) -> None:
+        self._run(self._c.close_reader())
+
+
+# ------------------------------------------------------------------------------------------ transactions
+
+from .producer import transaction as _transaction  # noqa: E402
+
+__all__ += ["TransactionProducer"]
+
+
+class TransactionProducer(Producer):
+    """Blocking twin of client.TransactionProducer: `send_in_transaction(msg, arg)` blocks for the result.
+
+    Plain-function listener methods run in the producer's thread pool (never on the loop thread), so
+    they may block and may call other blocking client objects; `async def` ones run on the loop.
+    """
+
+    def __init__(
+        self, group: str, listener: Any = None, namesrv_addr: str | None = None, **kwargs: Any
+    ) -> None:
+        self._runner = get_loop_thread()
+        self._p = _transaction.TransactionProducer(group, listener, namesrv_addr, **kwargs)
+
+    @property
+    def async_producer(self) -> _transaction.TransactionProducer:
+        """The underlying asyncio producer (use it only on the client loop thread)."""
+        assert isinstance(self._p, _transaction.TransactionProducer)
+        return self._p
+
+    @property
+    def transaction_listener(self) -> Any:
+        return self.async_producer.transaction_listener
+
+    def set_transaction_listener(self, listener: Any) -> None:
+        self.async_producer.set_transaction_listener(listener)
+
+    def __enter__(self) -> TransactionProducer:
+        self.start()
+        return self
+
+    def send_in_transaction(
+        self, msg: Message, arg: Any = None, *, timeout: float | None = None
+    ) -> _transaction.TransactionSendResult:
+        return self._runner.run(self.async_producer.send_in_transaction(msg, arg, timeout=timeout))
