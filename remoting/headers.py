@@ -31,7 +31,10 @@ def _to_bool(v: Any) -> bool:
         return v
     if isinstance(v, int):
         return v != 0
-    return str(v).strip().lower() == "true"
+    # Java writes "true"/"false"; the C++ core writes its bools with ostream <<, i.e. "1"/"0"
+    # (SEND_MESSAGE_V2 k/m, END_TRANSACTION fromTransactionCheck, ...).
+    s = str(v).strip().lower()
+    return s == "true" or s == "1"
 
 
 def _to_str(v: Any) -> str:
@@ -141,7 +144,25 @@ _V1_TO_V2 = {v: k for k, v in _V2_NAMES.items()}
 
 def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeader:
     ext = ext or {}
+    # Hot path (every single send): read the short names straight from ext, no renamed copy.
+    kwargs: dict[str, Any] = {}
+    try:
+        for attr, short, wname, coerce in _V2_FAST:
+            v = ext.get(short)
+            if v is None:
+                v = ext.get(wname)  # a long name in a V2 header is accepted too
+                if v is None:
+                    continue
+            kwargs[attr] = coerce(v)
+        return SendMessageRequestHeader(**kwargs)
+    except (TypeError, ValueError):
+        pass  # a missing or bad field: let the general decoder name it
     return SendMessageRequestHeader.decode({_V2_NAMES.get(k, k): v for k, v in ext.items()})
+
+
+_V2_FAST = tuple(
+    (attr, _V1_TO_V2[wname], wname, coerce) for attr, wname, coerce, _req in SendMessageRequestHeader._specs
+)
 
 
 def encode_send_header_v2(h: SendMessageRequestHeader) -> dict[str, str]:
@@ -478,3 +499,11 @@ class QueryTopicConsumeByWhoRequestHeader(CommandHeader):
 @header
 class GetBrokerConfigResponseHeader(CommandHeader):
     version: str | None = None
+
+
+# ------------------------------------------------------------------ serialize type negotiation
+
+# A broker of this project adds this ext field to its HEART_BEAT response, listing the header
+# serialize types it reads ("JSON,ROCKETMQ,MSGPACK"); our client then speaks MSGPACK to that
+# address. Real RocketMQ clients ignore extFields on a heartbeat response.
+SERIALIZE_TYPES_EXT_FIELD = "serializeTypes"

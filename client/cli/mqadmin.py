@@ -720,6 +720,27 @@ def query_msg_by_id(namesrv_addr: str | None, msg_ids: str, topic: str | None, a
     return 0
 
 
+@cli.command("queryMsgByUniqueKey")
+@common
+@click.option("-i", "--msgId", "msg_id", required=True, help="the client-side id (UNIQ_KEY) from a SendResult")
+@click.option("-t", "--topic", required=True)
+@json_opt
+def query_msg_by_unique_key(namesrv_addr: str | None, msg_id: str, topic: str, as_json: bool) -> int:
+    """Show a message by its UNIQ_KEY id (what most clients return as msgId)."""
+
+    async def go(a: Admin) -> MessageExt | None:
+        return await a.query_message_by_unique_key(topic, msg_id.strip())
+
+    msg = run_admin(namesrv_addr, go)
+    if msg is None:
+        raise CommandError(f"no message with unique key {msg_id} in topic {topic}")
+    if as_json:
+        echo_json(msg)
+    else:
+        echo_message(msg)
+    return 0
+
+
 @cli.command("queryMsgByKey")
 @common
 @click.option("-t", "--topic", required=True)

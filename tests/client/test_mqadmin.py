@@ -124,6 +124,9 @@ def test_send_and_find_messages(real_cluster: RealCluster, topic: str) -> None:
     assert by_uniq["body"] == "hello mqadmin" and by_uniq["uniq_key"] == sent["msg_id"]
     line = fails("queryMsgById", "-n", n, "-i", sent["msg_id"])  # a UNIQ_KEY id needs its topic
     assert "-t" in line
+    by_unique = json.loads(ok("queryMsgByUniqueKey", "-n", n, "-i", sent["msg_id"], "-t", topic, "--json"))
+    assert by_unique["body"] == "hello mqadmin" and by_unique["uniq_key"] == sent["msg_id"]
+    assert "no message with unique key" in fails("queryMsgByUniqueKey", "-n", n, "-i", "00" * 16, "-t", topic)
 
     found = rows(ok("queryMsgByKey", "-n", n, "-t", topic, "-k", "mk1"))
     assert found[0][0] == sent["msg_id"]
