@@ -79,6 +79,7 @@ __all__ = [
     "PulledChunk",
     "QueueReader",
     "TagExpression",
+    "decode_chunk",
 ]
 
 

@@ -1,0 +1,1 @@
+"""Runnable examples of the Spark connector (see each module's docstring for its command)."""
