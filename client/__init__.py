@@ -10,7 +10,18 @@ Layers: `message` (Message, MessageQueue, SendResult), `errors` (one exception h
 coroutine per request code), `producer`, `admin`; `sync` wraps them for blocking code.
 """
 
-from .admin import Admin
+import os as _os
+
+import structlog as _structlog
+
+from remoting.log import configure_logging as _configure_logging
+
+# An unconfigured structlog prints every debug line: a library should be quiet by default.
+# Applications that configure structlog themselves are left alone; RMQ_LOG_LEVEL overrides.
+if not _structlog.is_configured():
+    _configure_logging(level=_os.environ.get("RMQ_LOG_LEVEL", "WARNING"))
+
+from .admin import Admin  # noqa: E402
 from .config import ClientConfig
 from .consumer import (
     AllocateMessageQueueAveragely,
