@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from broker.schedule.delay_level import parse_delay_levels
 from remoting.properties import ConfigError, build_config
 from store.config import MessageStoreConfig
 
@@ -229,6 +230,12 @@ class BrokerConfig(BaseModel):
         store_vals = {k: v for k, v in values.items() if k in MessageStoreConfig.model_fields}
         cfg = build_config(cls, broker_vals, source=source)
         cfg._store_config = build_config(MessageStoreConfig, store_vals, source=source)
+        try:
+            parse_delay_levels(cfg._store_config.messageDelayLevel)
+        except ValueError as e:
+            raise ConfigError(
+                f"{source}: bad value {cfg._store_config.messageDelayLevel!r} for key 'messageDelayLevel': {e}"
+            ) from None
         return cfg
 
     def get_value(self, key: str) -> Any:

@@ -48,9 +48,15 @@ from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
+from broker.schedule import ScheduleMessageService
 from broker.stats import BrokerStatsManager
 from broker.subscription.subscription_group_manager import SubscriptionGroupManager
 from broker.topic.topic_config_manager import TopicConfigManager
+from broker.transaction import (
+    EndTransactionProcessor,
+    TransactionalMessageCheckService,
+    TransactionalMessageService,
+)
 from remoting.body import DataVersion
 from remoting.codes import RequestCode
 from remoting.connection import Processor, RequestDispatcher
@@ -153,6 +159,14 @@ class BrokerController:
         self.store_host: tuple[str, int] = (bc.brokerIP1, bc.listenPort)
         self.dispatcher = RequestDispatcher()
         self.send_message_processor = SendMessageProcessor(self)
+        # Delayed messages: DELAY -> SCHEDULE_TOPIC_XXXX on send, re-put to the real topic when due.
+        self.schedule_message_service = ScheduleMessageService(
+            self.message_store, self.store_config,
+            on_delivered=lambda m, r: self.broker_stats.inc_put(m.topic, 1, r.append_result.wrote_bytes),
+        )
+        self.schedule_message_service.install_tags_code_hook(self.message_store)
+        self.send_message_processor.add_message_transformer(self.schedule_message_service.transform)
+        self.delay_offset_provider = self.schedule_message_service.encode
         self.pull_message_processor = PullMessageProcessor(self)
         self.query_message_processor = QueryMessageProcessor(self)
         self.client_manage_processor = ClientManageProcessor(self)
@@ -173,6 +187,16 @@ class BrokerController:
             name="broker",
         )
         self._register_processors()
+        # Transactional messages: PREPARED -> RMQ_SYS_TRANS_HALF_TOPIC on send, END_TRANSACTION, check-back.
+        self.transactional_message_service = TransactionalMessageService(self)
+        self.transactional_message_check_service = TransactionalMessageCheckService(
+            self, self.transactional_message_service
+        )
+        self.end_transaction_processor = EndTransactionProcessor(self, self.transactional_message_service)
+        self.send_message_processor.add_message_transformer(self.transactional_message_service.prepare_message)
+        self.register_processor(
+            RequestCode.END_TRANSACTION, self.end_transaction_processor.process_request, group="end_transaction"
+        )
 
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[Any]] = []
@@ -328,10 +352,13 @@ class BrokerController:
         self._loaded = True
 
         await self.message_store.start()
+        await self.schedule_message_service.start()
+        await self.transactional_message_service.load()
         self.message_store.add_arrival_listener(self._on_message_arriving)
         try:
             host, port = await self.remoting_server.start()
         except OSError as e:
+            await self.schedule_message_service.shutdown()
             await self.message_store.shutdown()
             raise ConfigError(f"listenPort {bc.listenPort}: cannot listen on {bc.bind_host}: {e.strerror or e}") from None
         if bc.listenPort == 0:
@@ -340,6 +367,7 @@ class BrokerController:
         self._started = True
 
         self.pull_request_hold_service.start()
+        self.transactional_message_check_service.start()
         self.client_housekeeping_service.start()
         self.broker_stats.start()
         self._register_wakeup = asyncio.Event()
@@ -384,6 +412,7 @@ class BrokerController:
                 )
             except TimeoutError:
                 log.warning("unregister_broker_timed_out")
+        await self.transactional_message_check_service.stop()
         await self.client_housekeeping_service.stop()
         await self.broker_stats.stop()
         await self._drain_in_flight(1.5)
@@ -399,6 +428,7 @@ class BrokerController:
                 except Exception:
                     log.exception("persist_on_shutdown_failed", path=str(mgr.config_file_path()))
         if self._started:
+            await self.schedule_message_service.shutdown()
             self.message_store.remove_arrival_listener(self._on_message_arriving)
             await self.message_store.shutdown()
         await self.broker_outer_api.shutdown()

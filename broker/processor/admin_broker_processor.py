@@ -264,6 +264,9 @@ class AdminBrokerProcessor:
             info[f"{name}ThreadPoolQueueSize"] = str(c.pending_in_group(name))
             info[f"{name}ThreadPoolQueueCapacity"] = str(cap)
         info["heldPullRequests"] = str(c.pull_request_hold_service.held)
+        schedule = getattr(c, "schedule_message_service", None)
+        if schedule is not None:
+            info.update(schedule.runtime_info())  # scheduleMessageOffset_<level>, as Java reports
         info["startAcceptSendRequestTimeStamp"] = str(c.broker_config.startAcceptSendRequestTimeStamp)
         root = c.store_config.storePathRootDir
         if os.path.isdir(root):

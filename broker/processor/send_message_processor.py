@@ -6,7 +6,8 @@ Extension points (delayed and transactional messages live in broker/schedule and
 - `add_message_transformer(fn)`: fn(msg, send_ctx) is called, in registration order, with each
   MessageExtBrokerInner of a single send or a send-back just before it is stored. It may rewrite the
   message in place (e.g. DELAY -> SCHEDULE_TOPIC_XXXX, PREPARED -> RMQ_SYS_TRANS_HALF_TOPIC) and
-  returns None to go on, or a RemotingCommand to answer with instead of storing. It may be async.
+  returns None to go on, or a RemotingCommand to answer with instead of storing. It may be async
+  (it may run before the request has a Task: use no asyncio.timeout/TaskGroup before awaiting).
   Batches are not transformed (RocketMQ clients refuse delay/transaction in batches).
 - `handle_retry_and_dlq` (a method) decides %RETRY% -> %DLQ% for sends to a retry topic.
 - `put_message` (an attribute, default the store's put_message) stores one message; a feature may wrap it.
@@ -30,11 +31,10 @@ from broker.topic import topic_validator as tv
 from remoting.body import TopicConfig
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.connection import RequestContext
+from remoting.connection import RequestContext, inline_first_step
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
-    SendMessageResponseHeader,
     decode_send_header_v2,
 )
 from remoting.message import (
@@ -62,6 +62,16 @@ TIMEOUT_CLEAN_QUEUE_REMARK = (
     "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {}ms, size of queue: {}"
 )
 PC_BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
+# %DLQ%<group> is created write-only (as RocketMQ before 4.x did) so no consumer reads it by accident;
+# an operator who wants to re-consume dead letters grants read with updateTopicPerm / updateTopic.
+DLQ_TOPIC_PERM = PermName.PERM_WRITE
+
+
+def subscription_group_not_exist_remark(group: str) -> str:
+    return (
+        f"subscription group not exist, {group}: create it first (mqadmin updateSubGroup -g {group}) "
+        "or enable autoCreateSubscriptionGroup on the broker"
+    )
 
 
 @dataclass(slots=True)
@@ -100,12 +110,17 @@ class SendMessageProcessor:
         )
         # Set by the controller: how many sends wait for a slot (for the flow-control remark).
         self.queue_size: Callable[[], int] = lambda: 0
+        # Hot path: the store config (updated in place at run time) without pydantic's private-attr
+        # lookup per send, and the page-cache-busy probe resolved once.
+        self._store_cfg = controller.broker_config.store_config
+        self._page_cache_busy: Callable[[], bool] | None = None
 
     def add_message_transformer(self, fn: MessageTransformer) -> None:
         self.message_transformers.append(fn)
 
     # ------------------------------------------------------------------ entry point
 
+    @inline_first_step  # a send to an ASYNC_FLUSH store completes without suspending: no Task needed
     async def process_request(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
             if cmd.code == RequestCode.CONSUMER_SEND_MSG_BACK:
@@ -132,11 +147,14 @@ class SendMessageProcessor:
             waited = ctx.queued_ms()
             if waited > bc.waitTimeMillsInSendQueue:
                 return reply(ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK.format(int(waited), self.queue_size()))
-        store = self.c.message_store
-        busy = getattr(store, "is_os_page_cache_busy", None) or getattr(
-            getattr(store, "commit_log", None), "is_os_page_cache_busy", None
-        )
-        if busy is not None and busy():
+        busy = self._page_cache_busy
+        if busy is None:
+            store = self.c.message_store
+            busy = getattr(store, "is_os_page_cache_busy", None) or getattr(
+                getattr(store, "commit_log", None), "is_os_page_cache_busy", None
+            ) or (lambda: False)
+            self._page_cache_busy = busy
+        if busy():
             return reply(ResponseCode.SYSTEM_BUSY, PC_BUSY_REMARK)
         return None
 
@@ -165,7 +183,7 @@ class SendMessageProcessor:
         if tv.is_not_allowed_send_topic(topic):
             raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."))
         body_len = len(cmd.body) if cmd.body is not None else 0
-        max_size = bc.store_config.maxMessageSize
+        max_size = self._store_cfg.maxMessageSize
         if body_len > max_size:
             raise BadRequest(reply(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -224,7 +242,8 @@ class SendMessageProcessor:
             group = topic[len(mix_all.RETRY_GROUP_TOPIC_PREFIX):]
             sgc = self.c.subscription_group_manager.find_subscription_group_config(group)
             if sgc is None:
-                raise BadRequest(reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"))
+                raise BadRequest(reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                       subscription_group_not_exist_remark(group)))
             max_reconsume = sgc.retry_max_times
             if header.max_reconsume_times is not None:
                 max_reconsume = header.max_reconsume_times
@@ -232,7 +251,7 @@ class SendMessageProcessor:
             if reconsume >= max_reconsume:
                 dlq = mix_all.get_dlq_topic(group)
                 self.c.topic_config_manager.create_topic_in_send_message_back_method(
-                    dlq, mix_all.DLQ_NUMS_PER_GROUP, PermName.PERM_WRITE | PermName.PERM_READ, 0
+                    dlq, mix_all.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, 0
                 )
                 msg.topic = dlq
                 msg.queue_id = random.randrange(mix_all.DLQ_NUMS_PER_GROUP)
@@ -395,9 +414,10 @@ class SendMessageProcessor:
         ar = result.append_result
         self.c.broker_stats.inc_put(msg.topic, ar.msg_num or max(1, batch), ar.wrote_bytes)
         uniq = None if batch else msg.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        ext = SendMessageResponseHeader(
-            msg_id=ar.msg_id, queue_id=queue_id, queue_offset=ar.logics_offset, transaction_id=uniq
-        ).encode()
+        # SendMessageResponseHeader's wire form, built directly (per-send hot path).
+        ext = {"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset)}
+        if uniq is not None:
+            ext["transactionId"] = uniq
         ext.update(self._response_ext())
         return reply(ok_code, None, ext)
 
@@ -429,7 +449,7 @@ class SendMessageProcessor:
         h = decode_header(ConsumerSendMsgBackRequestHeader, cmd)
         sgc = c.subscription_group_manager.find_subscription_group_config(h.group)
         if sgc is None:
-            return reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
+            return reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, subscription_group_not_exist_remark(h.group))
         if not PermName.is_writeable(c.broker_config.brokerPermission):
             return reply(ResponseCode.NO_PERMISSION,
                          f"the broker[{c.broker_config.brokerIP1}] sending message is forbidden")
@@ -458,7 +478,7 @@ class SendMessageProcessor:
             new_topic = mix_all.get_dlq_topic(h.group)
             queue_id = random.randrange(mix_all.DLQ_NUMS_PER_GROUP)
             c.topic_config_manager.create_topic_in_send_message_back_method(
-                new_topic, mix_all.DLQ_NUMS_PER_GROUP, PermName.PERM_WRITE | PermName.PERM_READ, 0
+                new_topic, mix_all.DLQ_NUMS_PER_GROUP, DLQ_TOPIC_PERM, 0
             )
             props.pop(MessageConst.PROPERTY_DELAY_TIME_LEVEL, None)
             log.info("message_to_dlq", group=h.group, offset=h.offset, reconsume_times=msg_ext.reconsume_times)
@@ -466,8 +486,12 @@ class SendMessageProcessor:
             if delay_level == 0:
                 delay_level = 3 + msg_ext.reconsume_times
             props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        # The id the client knows the message by: its UNIQ_KEY when the producer set one (every RocketMQ
+        # client does), else the broker's offset msg id; a message failed again keeps its first origin.
         origin = props.get(MessageConst.PROPERTY_ORIGIN_MESSAGE_ID)
-        props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = origin or msg_ext.msg_id
+        props[MessageConst.PROPERTY_ORIGIN_MESSAGE_ID] = (
+            origin or props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg_ext.msg_id
+        )
         msg = MessageExtBrokerInner(
             topic=new_topic,
             body=msg_ext.body,

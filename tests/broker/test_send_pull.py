@@ -289,7 +289,7 @@ async def test_message_transformer_hook(broker: BrokerHarness) -> None:
 
     def redirect(msg: MessageExtBrokerInner, sctx: SendMessageContext) -> RemotingCommand | None:
         seen.append((msg.topic, sctx.producer_group))
-        if msg.properties.get("DELAY"):
+        if msg.properties.get("PARK"):
             msg.properties["REAL_TOPIC"] = msg.topic
             msg.topic = "Parked"
             msg.queue_id = 0
@@ -300,7 +300,7 @@ async def test_message_transformer_hook(broker: BrokerHarness) -> None:
 
     h.controller.topic_config_manager.update_topic_config(TopicConfig(topic_name="Parked", read_queue_nums=1, write_queue_nums=1))
     h.controller.send_message_processor.add_message_transformer(redirect)
-    r = await h.call(send_v1("Hooked", b"later", properties=props(DELAY="3")))
+    r = await h.call(send_v1("Hooked", b"later", properties=props(PARK="1")))
     assert r.code == ResponseCode.SUCCESS
     r = await h.call(send_v1("Hooked", b"no", properties=props(REJECT="1")))
     assert r.code == ResponseCode.NO_PERMISSION and r.remark == "rejected by hook"
@@ -310,26 +310,32 @@ async def test_message_transformer_hook(broker: BrokerHarness) -> None:
     assert seen == [("Hooked", "PG"), ("Hooked", "PG")]
 
 
-async def test_consumer_send_back_goes_to_retry_then_dlq(broker: BrokerHarness) -> None:
-    h = broker
-    r = await h.call(send_v1("Work", b"job", queue_id=0, properties=props("t", "k")))
-    phy = decode_offset_msg_id(SendMessageResponseHeader.decode(r.ext_fields).msg_id)[2]
-    back = ConsumerSendMsgBackRequestHeader(offset=phy, group="Workers", delay_level=0, origin_msg_id="ORIG",
-                                            origin_topic="Work", max_reconsume_times=1)
-    r = await h.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, back.encode()))
-    assert r.code == ResponseCode.SUCCESS, r.remark
-    await dispatched(h)
-    [m] = decode_messages((await h.call(pull("%RETRY%Workers", 0, 0, group="Workers"))).body)
-    assert m.body == b"job" and m.reconsume_times == 1
-    assert m.properties["RETRY_TOPIC"] == "Work" and m.properties["DELAY"] == "3"
-    assert m.properties["ORIGIN_MESSAGE_ID"]
-    # Its second failure exceeds max_reconsume_times=1: dead letter queue.
-    back.offset = m.commit_log_offset
-    r = await h.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, back.encode()))
-    assert r.code == ResponseCode.SUCCESS
-    await dispatched(h)
-    [d] = decode_messages((await h.call(pull("%DLQ%Workers", 0, 0, group="Workers"))).body)
-    assert d.body == b"job" and "DELAY" not in d.properties and d.reconsume_times == 2
+async def test_consumer_send_back_goes_to_retry_then_dlq(tmp_path: Path) -> None:
+    # Short delay levels: a send-back is parked in SCHEDULE_TOPIC_XXXX at level 3 first.
+    async with running_broker(tmp_path / "store", messageDelayLevel="100ms 100ms 100ms 100ms") as h:
+        r = await h.call(send_v1("Work", b"job", queue_id=0, properties=props("t", "k")))
+        phy = decode_offset_msg_id(SendMessageResponseHeader.decode(r.ext_fields).msg_id)[2]
+        back = ConsumerSendMsgBackRequestHeader(offset=phy, group="Workers", delay_level=0, origin_msg_id="ORIG",
+                                                origin_topic="Work", max_reconsume_times=1)
+        r = await h.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, back.encode()))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        # Long poll on the retry queue: answered when the scheduled delivery lands.
+        resp = await h.call(pull("%RETRY%Workers", 0, 0, group="Workers", suspend_ms=5000), timeout_ms=10000)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        [m] = decode_messages(resp.body)
+        assert m.body == b"job" and m.reconsume_times == 1
+        assert m.properties["RETRY_TOPIC"] == "Work" and "DELAY" not in m.properties
+        assert m.properties["ORIGIN_MESSAGE_ID"]
+        # Its second failure exceeds max_reconsume_times=1: dead letter queue (write-only, so read the store).
+        back.offset = m.commit_log_offset
+        r = await h.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, back.encode()))
+        assert r.code == ResponseCode.SUCCESS
+        await dispatched(h)
+        store = h.controller.message_store
+        assert store.get_max_offset_in_queue("%DLQ%Workers", 0) == 1
+        got = store.get_message("Workers", "%DLQ%Workers", 0, 0, 1)
+        [d] = decode_messages(got.body())
+        assert d.body == b"job" and "DELAY" not in d.properties and d.reconsume_times == 2
 
 
 async def test_send_to_retry_topic_past_max_goes_to_dlq(broker: BrokerHarness) -> None:
