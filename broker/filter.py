@@ -93,5 +93,11 @@ class ExpressionMessageFilter:
     def is_matched_by_commit_log(self, msg_buffer: object, properties: Mapping[str, str] | None) -> bool:
         return True
 
+    @property
+    def needs_commit_log_match(self) -> bool:
+        """False for tag filters: the store then skips decoding each record's properties for
+        is_matched_by_commit_log (it always matches), which dominated the pull path."""
+        return not is_tag_type(self.expression_type)
+
     def __repr__(self) -> str:
         return f"ExpressionMessageFilter({self.expression!r})"

@@ -48,6 +48,9 @@ class RemotingClient:
         self._opaque = OpaqueGenerator()
         self._closed = False
         self._close_listeners: list[Callable[[str], None]] = []
+        # Per-address override of serialize_type (e.g. MSGPACK to a broker that said it speaks it);
+        # forgotten when that address's connection closes.
+        self.addr_serialize_types: dict[str, SerializeType] = {}
 
     def add_close_listener(self, cb: Callable[[str], None]) -> None:
         """cb(addr) when a connection to addr closes."""
@@ -85,6 +88,7 @@ class RemotingClient:
         def on_close(c: RemotingConnection, addr: str = addr) -> None:
             if self._conns.get(addr) is c:
                 del self._conns[addr]
+                self.addr_serialize_types.pop(addr, None)
             for cb in self._close_listeners:
                 try:
                     cb(addr)
@@ -112,9 +116,11 @@ class RemotingClient:
         self._conns[addr] = conn
         return conn
 
-    def _prepare(self, cmd: RemotingCommand) -> RemotingCommand:
-        if cmd.serialize_type is SerializeType.JSON and self.serialize_type is not SerializeType.JSON:
-            cmd.serialize_type = self.serialize_type
+    def _prepare(self, cmd: RemotingCommand, addr: str) -> RemotingCommand:
+        if cmd.serialize_type is SerializeType.JSON:
+            st = self.addr_serialize_types.get(addr, self.serialize_type)
+            if st is not SerializeType.JSON:
+                cmd.serialize_type = st
         return cmd
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_ms: float = 3000) -> RemotingCommand:
@@ -123,7 +129,7 @@ class RemotingClient:
         conn = await self.get_connection(addr)
         left = timeout_ms - (time.monotonic() - start) * 1000.0
         await conn.writable()
-        return await conn.invoke_future(self._prepare(cmd), max(1.0, left))
+        return await conn.invoke_future(self._prepare(cmd, addr), max(1.0, left))
 
     async def invoke_future(
         self, addr: str, cmd: RemotingCommand, timeout_ms: float = 3000
@@ -131,7 +137,18 @@ class RemotingClient:
         """Send now and return the response future without awaiting it (pipelining)."""
         conn = await self.get_connection(addr)
         await conn.writable()
-        return conn.invoke_future(self._prepare(cmd), timeout_ms)
+        return conn.invoke_future(self._prepare(cmd, addr), timeout_ms)
+
+    def invoke_future_nowait(
+        self, addr: str, cmd: RemotingCommand, timeout_ms: float = 3000
+    ) -> asyncio.Future[RemotingCommand] | None:
+        """invoke_future without awaiting anything: None (nothing sent) unless a connection to addr
+        is open and under its write high-water mark. The hot path of pipelined sends uses it to
+        avoid a coroutine per request; callers fall back to invoke_future on None."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed or not conn.is_writable:
+            return None
+        return conn.invoke_future(self._prepare(cmd, addr), timeout_ms)
 
     async def invoke_async(
         self, addr: str, cmd: RemotingCommand, timeout_ms: float, callback: ResponseCallback
@@ -156,7 +173,7 @@ class RemotingClient:
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.get_connection(addr)
         await conn.writable()
-        conn.invoke_oneway(self._prepare(cmd))
+        conn.invoke_oneway(self._prepare(cmd, addr))
 
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import socket
 import time
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -145,6 +146,19 @@ class RequestDispatcher:
             self._failed(ctx, cmd, e)
             self._release(g)
             return
+        if type(result) is types.CoroutineType and getattr(processor, "inline_first_step", False):
+            # Run the coroutine's first step inline: most sends (to an ASYNC_FLUSH store) complete
+            # without ever suspending, and then need no Task and no extra loop turn.
+            try:
+                first = result.send(None)
+            except StopIteration as stop:
+                self._finish(ctx, cmd, stop.value, g)
+                return
+            except Exception as e:
+                self._failed(ctx, cmd, e)
+                self._release(g)
+                return
+            result = _resume(result, first)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(self._run(ctx, cmd, result, g))
             self._tasks.add(task)
@@ -205,6 +219,29 @@ class RequestDispatcher:
             t.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def inline_first_step(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a coroutine processor whose first step may run inside the dispatcher, before any Task
+    exists (a Task drives the rest if it suspends). Only for code that does not need
+    asyncio.current_task() before its first suspension (asyncio.timeout and TaskGroup do)."""
+    fn.inline_first_step = True  # type: ignore[attr-defined]
+    return fn
+
+
+@types.coroutine
+def _resume(coro: Any, first: Any) -> Any:
+    """Continue a coroutine whose first step already ran and yielded `first` (what it awaits), so a
+    Task can drive the rest exactly as if it had run it from the start."""
+    try:
+        yield first
+    except BaseException as e:  # cancellation (or a thrown error) goes to the coroutine
+        try:
+            nxt = coro.throw(e)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _resume(coro, nxt))
+    return (yield from coro)
 
 
 class _Pending:
@@ -355,6 +392,11 @@ class RemotingConnection(asyncio.Protocol):
         t = self.transport
         if out and t is not None and not t.is_closing():
             t.writelines(out)
+
+    @property
+    def is_writable(self) -> bool:
+        """False while the transport's write buffer is over its high-water mark."""
+        return self._write_ok.is_set()
 
     async def writable(self) -> None:
         """Wait while the transport's write buffer is over its high-water mark."""

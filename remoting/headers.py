@@ -100,7 +100,51 @@ def header(cls: type[H]) -> type[H]:
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         specs.append((f.name, f.metadata.get("wire", _camel(f.name)), _COERCERS[base], required))
     dc._specs = tuple(specs)
+    _compile_codecs(dc)
     return dc
+
+
+class _Fallback(Exception):
+    pass
+
+
+def _compile_codecs(dc: Any) -> None:
+    """Give a header class a generated decode/encode: straight-line code, positional construction,
+    no kwargs dict (both run per request on the pull and admin paths). Any missing or bad field
+    falls back to CommandHeader.decode, which raises the HeaderError naming it."""
+    fields = dataclasses.fields(dc)
+    if any(f.default_factory is not dataclasses.MISSING or not f.init for f in fields):
+        return
+    ns: dict[str, Any] = {
+        "_Fallback": _Fallback, "_generic": CommandHeader.decode.__func__,  # type: ignore[attr-defined]
+        "_to_int": _to_int, "_to_bool": _to_bool, "_to_str": _to_str,
+    }
+    dec = ["def decode(cls, ext):", "    if not ext:", "        ext = {}", "    get = ext.get", "    try:"]
+    enc = ["def encode(self):", "    out = {}"]
+    for i, (f, (attr, wname, coerce, required)) in enumerate(zip(fields, dc._specs, strict=True)):
+        conv = {
+            _to_int: "(int(v) if v.__class__ is str else _to_int(v))",
+            _to_bool: "_to_bool(v)",
+            _to_str: "(v if v.__class__ is str else _to_str(v))",
+        }[coerce]
+        dec.append(f"        v = get({wname!r})")
+        if required:
+            dec.append("        if v is None:")
+            dec.append("            raise _Fallback")
+            dec.append(f"        a{i} = {conv}")
+        else:
+            ns[f"_d{i}"] = f.default
+            dec.append(f"        a{i} = _d{i} if v is None else {conv}")
+        enc.append(f"    v = self.{attr}")
+        enc.append("    if v is not None:")
+        enc.append(f"        out[{wname!r}] = v if v.__class__ is str else _to_str(v)")
+    dec.append(f"        return cls({', '.join(f'a{i}' for i in range(len(fields)))})")
+    dec.append("    except (_Fallback, TypeError, ValueError):")
+    dec.append("        return _generic(cls, ext)")
+    enc.append("    return out")
+    exec("\n".join(dec) + "\n\n" + "\n".join(enc), ns)
+    dc.decode = classmethod(ns["decode"])
+    dc.encode = ns["encode"]
 
 
 # ------------------------------------------------------------------ send

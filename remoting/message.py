@@ -479,8 +479,12 @@ def decode_message(
     *,
     read_body: bool = True,
     decompress_body: bool = False,
+    _cache: dict[bytes, str] | None = None,
 ) -> tuple[MessageExt, int]:
-    """Decode the record at `offset`; returns (message, offset of the next record)."""
+    """Decode the record at `offset`; returns (message, offset of the next record).
+
+    `_cache` (decode_messages passes one per body) memoises host strings and msg id prefixes, which
+    repeat across the records of one pull response."""
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
     end = len(mv)
     if end - offset < 8:
@@ -540,7 +544,17 @@ def decode_message(
     pos += 2
     if props_len < 0 or pos + max(props_len, 0) != rec_end:
         raise ValueError(f"corrupt record at offset {offset}: size fields do not add up to {total}")
-    props = decode_properties(mv[pos : pos + props_len]) if props_len > 0 else {}
+    props = decode_properties(str(mv[pos : pos + props_len], "utf-8", "replace")) if props_len > 0 else {}
+    if _cache is None:
+        _cache = {}
+    born = _cache.get(born_ip)
+    if born is None:
+        born = _cache[born_ip] = bytes_to_host(born_ip)
+    store_key = store_ip + _I32.pack(store_port)
+    store = _cache.get(store_key)
+    if store is None:
+        store = _cache[store_key] = bytes_to_host(store_ip)
+        _cache[b"#" + store_key] = store_key.hex().upper()
     msg = MessageExt(
         topic=topic,
         body=body,
@@ -551,10 +565,10 @@ def decode_message(
         queue_offset=queue_offset,
         sys_flag=sys_flag,
         born_timestamp=born_ts,
-        born_host=(bytes_to_host(born_ip), born_port),
+        born_host=(born, born_port),
         store_timestamp=store_ts,
-        store_host=(bytes_to_host(store_ip), store_port),
-        msg_id=(store_ip + _I32.pack(store_port) + _I64.pack(phy_offset)).hex().upper(),
+        store_host=(store, store_port),
+        msg_id=_cache[b"#" + store_key] + _I64.pack(phy_offset).hex().upper(),
         commit_log_offset=phy_offset,
         body_crc=crc,
         reconsume_times=reconsume,
@@ -571,8 +585,9 @@ def decode_messages(
     out: list[MessageExt] = []
     pos = 0
     end = len(mv)
+    cache: dict[bytes, str] = {}
     while pos < end:
-        msg, pos = decode_message(mv, pos, read_body=read_body, decompress_body=decompress_body)
+        msg, pos = decode_message(mv, pos, read_body=read_body, decompress_body=decompress_body, _cache=cache)
         out.append(msg)
     return out
 

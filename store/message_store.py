@@ -707,6 +707,8 @@ class DefaultMessageStore:
         hot = self._memory_for_hot_data()
         cq_filter = message_filter.is_matched_by_consume_queue if message_filter is not None else None
         cl_filter = getattr(message_filter, "is_matched_by_commit_log", None)
+        if cl_filter is not None and not getattr(message_filter, "needs_commit_log_match", True):
+            cl_filter = None  # a filter that says it matches every record: no per-record decoding
         buffers = result.message_buffers
         offsets = result.message_queue_offsets
         total = 0

@@ -16,7 +16,7 @@ from remoting.body import HeartbeatData
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestContext
-from remoting.headers import UnregisterClientRequestHeader
+from remoting.headers import SERIALIZE_TYPES_EXT_FIELD, UnregisterClientRequestHeader
 from remoting.message import PermName
 
 if TYPE_CHECKING:
@@ -114,7 +114,8 @@ class ClientManageProcessor:
                          peer=ctx.remote_addr, model=cd.message_model)
         for pd in data.producer_data_set:
             c.producer_manager.register_producer(pd.group_name, info)
-        return reply(ResponseCode.SUCCESS)
+        # Tell our own clients they may use MSGPACK headers here (real clients ignore the field).
+        return reply(ResponseCode.SUCCESS, None, {SERIALIZE_TYPES_EXT_FIELD: "JSON,ROCKETMQ,MSGPACK"})
 
     def unregister_client(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         c = self.c

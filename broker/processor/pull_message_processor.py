@@ -221,6 +221,15 @@ class PullMessageProcessor:
             and store.dispatch_behind_bytes() > 0
         ):
             return _AWAIT_DISPATCH
+        elif (
+            code == ResponseCode.PULL_OFFSET_MOVED
+            and not dispatch_checked
+            and h.queue_offset > result.max_offset
+            and store.dispatch_behind_bytes() > 0
+        ):
+            # Beyond the queue's end only because acknowledged writes are not dispatched yet (a
+            # reader that pulls right after its sends were answered): wait for them, do not move it.
+            return _AWAIT_DISPATCH
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             polling = suspend_timeout if bc.longPollingEnable else bc.shortPollingTimeMills
             req = PullRequest(ctx, cmd, h.topic, h.queue_id, h.queue_offset, message_filter, polling)

@@ -5,7 +5,15 @@
 
 A line every second (TPS, MB/s, RT avg/p50/p99/max in ms, failures) and a closing summary;
 `--json` prints the same as one JSON object per line. With `--e2e` the producer stamps each
-message with its send time and the consumer reports end-to-end latency instead of RT.
+message with its send time and the consumer reports end-to-end latency instead of RT. `--rate N`
+paces the producer to N msgs/s in total (e.g. the "e2e at 10 000 msg/s" workload):
+
+    mqadmin updateTopic -n 127.0.0.1:9876 -c DefaultCluster -t E2E     # the consumer needs a route
+    mqbench consumer -n 127.0.0.1:9876 -t E2E -g E2EGroup --e2e --duration 20 &
+    mqbench producer -n 127.0.0.1:9876 -t E2E --mode async --inflight 64 --rate 10000 --e2e --duration 15
+
+The exit code is 1 when a producer saw failures. bench/compare.py runs the same workloads side by
+side with peer brokers.
 """
 
 from __future__ import annotations
@@ -178,6 +186,7 @@ async def run_producer(
     e2e: bool,
     json_out: bool,
     group: str,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     from ..producer.producer import Producer
 
@@ -201,6 +210,18 @@ async def run_producer(
             stop.set()
         return n
 
+    # Pacing (--rate): each send takes the next slot of 1/rate s; a sender ahead of its slot sleeps.
+    next_slot = [time.monotonic()]
+
+    async def pace(n: int) -> None:
+        if not rate:
+            return
+        now = time.monotonic()
+        slot = max(next_slot[0], now - 0.05)  # do not bank more than 50 ms of idle time
+        next_slot[0] = slot + n / rate
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
     def make() -> Message:
         props = {E2E_PROPERTY: str(time.time_ns())} if e2e else None
         return Message(topic, body, properties=props)
@@ -210,6 +231,7 @@ async def run_producer(
             n = take(batch if mode == "batch" else 1)
             if n == 0:
                 return
+            await pace(n)
             t0 = time.perf_counter()
             try:
                 if mode == "batch":
@@ -347,14 +369,22 @@ def _common(f: Any) -> Any:
 @click.option("--threads", "--inflight", "inflight", type=int, default=1, show_default=True,
               help="concurrent senders (sync) / requests in flight (async, batch)")
 @click.option("-g", "--group", default="BenchmarkProducerGroup", show_default=True)
+@click.option("--rate", type=float, default=None, help="send at most this many msgs/s in total (default: no limit)")
 def producer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
-    size: int, mode: str, batch: int, inflight: int, group: str,
-) -> None:
-    """Send messages as fast as the mode allows."""
+    size: int, mode: str, batch: int, inflight: int, group: str, rate: float | None,
+) -> int:
+    """Send messages as fast as the mode (and --rate) allows."""
     if duration is None and count is None:
         duration = 10.0
-    run_loop(run_producer(_namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group))
+    if rate is not None and rate <= 0:
+        raise click.BadParameter("must be > 0", param_hint="--rate")
+    if size < 1 or batch < 1 or inflight < 1:
+        raise click.UsageError("--size, --batch and --threads/--inflight must be >= 1")
+    summary = run_loop(run_producer(
+        _namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group, rate
+    ))
+    return 1 if summary["failures"] else 0
 
 
 @cli.command()

@@ -373,7 +373,11 @@ class Producer:
         `callback(result, exc)` runs on the event loop when it completes (exactly one of the two is
         None); errors raised by the callback are logged. Must be called with a running loop.
         """
-        fut: asyncio.Future[SendResult] = asyncio.ensure_future(self._send_async_impl(msg, queue, timeout))
+        fut: asyncio.Future[SendResult] | None = None
+        if queue is None and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
+            fut = self._send_async_fast(msg.topic, lambda: self._prepare_now(msg), timeout)
+        if fut is None:
+            fut = asyncio.ensure_future(self._send_async_impl(msg, queue, timeout))
         self._track(fut)
         if callback is not None:
             fut.add_done_callback(lambda f: _run_callback(callback, f))
@@ -381,13 +385,12 @@ class Producer:
 
     def _track(self, fut: asyncio.Future[Any]) -> None:
         self._inflight.add(fut)
+        fut.add_done_callback(self._untrack)
 
-        def done(f: asyncio.Future[Any]) -> None:
-            self._inflight.discard(f)
-            if not f.cancelled():
-                f.exception()  # the caller may drop the future; the failure was logged per attempt
-
-        fut.add_done_callback(done)
+    def _untrack(self, f: asyncio.Future[Any]) -> None:
+        self._inflight.discard(f)
+        if not f.cancelled():
+            f.exception()  # the caller may drop the future; the failure was logged per attempt
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Write the message and return without waiting for the broker (no result, no retry)."""
@@ -418,6 +421,13 @@ class Producer:
     ) -> asyncio.Future[SendResult]:
         """send_batch without waiting; like send_async."""
         batch = list(msgs)
+        if queue is None and batch:
+            fast = self._send_async_fast(batch[0].topic, lambda: self._prepare_batch(batch), timeout)
+            if fast is not None:
+                self._track(fast)
+                if callback is not None:
+                    fast.add_done_callback(lambda f: _run_callback(callback, f))
+                return fast
 
         async def run() -> SendResult:
             permits = self._async_permits
@@ -483,8 +493,19 @@ class Producer:
 
     # ------------------------------------------------------------------ preparation
     async def _prepare(self, msg: Message) -> _Prepared:
+        body = msg.body
+        if len(body) > _OFFLOAD_COMPRESS_OVER and len(body) >= self.compress_msg_body_over_howmuch:
+            self._running_instance()
+            check_message(msg, self.max_message_size)
+            data = await asyncio.to_thread(zlib.compress, body, self.compress_level)
+            return self._prepare_now(msg, data)
+        return self._prepare_now(msg)
+
+    def _prepare_now(self, msg: Message, compressed: bytes | None = None) -> _Prepared:
+        """_prepare without awaiting: `compressed` is the body already compressed (big bodies)."""
         self._running_instance()
-        check_message(msg, self.max_message_size)
+        if compressed is None:
+            check_message(msg, self.max_message_size)
         props = msg.properties
         uniq = props.get(_UNIQ)
         if uniq is None:
@@ -493,10 +514,7 @@ class Producer:
         body = msg.body
         sys_flag = 0
         if len(body) >= self.compress_msg_body_over_howmuch:
-            if len(body) > _OFFLOAD_COMPRESS_OVER:
-                data = await asyncio.to_thread(zlib.compress, body, self.compress_level)
-            else:
-                data = zlib.compress(body, self.compress_level)
+            data = compressed if compressed is not None else zlib.compress(body, self.compress_level)
             if len(data) < len(body):
                 body = data
                 sys_flag |= MessageSysFlag.COMPRESSED_FLAG
@@ -586,10 +604,12 @@ class Producer:
         mode: CommunicationMode,
         timeout: float | None,
         queue: MessageQueue | None,
+        resume: tuple[float, str, BaseException] | None = None,
     ) -> SendResult | None:
+        """`resume` = (begin, broker, error) of a first attempt already made (by _send_async_fast)."""
         inst = self._running_instance()
         budget = float(timeout if timeout is not None else self.send_msg_timeout)
-        begin = _now_ms()
+        begin = _now_ms() if resume is None else resume[0]
         topic = prepared.topic
         if queue is not None:
             if queue.topic != topic:
@@ -610,7 +630,10 @@ class Producer:
         last_exc: BaseException | None = None
         last_result: SendResult | None = None
         last_broker: str | None = None
-        for attempt in range(times_total):
+        if resume is not None:
+            brokers_sent.append(resume[1])
+            last_broker, last_exc = resume[1], resume[2]
+        for attempt in range(len(brokers_sent), times_total):
             if info is None:
                 assert queue is not None
                 mq = queue
@@ -687,6 +710,14 @@ class Producer:
             addr = inst.find_broker_address_in_publish(mq.broker_name)
             if addr is None:
                 raise MQClientError(f"The broker[{mq.broker_name}] not exist (topic {mq.topic})")
+        cmd = self._build_request(prepared, mq)
+        if mode is CommunicationMode.ONEWAY:
+            cmd.mark_oneway()
+            await inst.api.send_message_oneway(addr, cmd)
+            return None
+        return await inst.api.send_message(addr, mq.broker_name, mq.topic, prepared.uniq_id, cmd, timeout_ms)
+
+    def _build_request(self, prepared: _Prepared, mq: MessageQueue) -> RemotingCommand:
         ext = self._header_base.copy()
         ext["b"] = prepared.topic
         ext["e"] = str(mq.queue_id)
@@ -709,15 +740,141 @@ class Producer:
             cmd = RemotingCommand(
                 code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body
             )
-        if mode is CommunicationMode.ONEWAY:
-            cmd.mark_oneway()
-            await inst.api.send_message_oneway(addr, cmd)
+        return cmd
+
+    # ------------------------------------------------------------------ pipelined fast path
+    def _send_async_fast(
+        self, topic: str, prepare: Callable[[], _Prepared], timeout: float | None
+    ) -> asyncio.Future[SendResult] | None:
+        """The first attempt of an async send with no Task and no coroutine: when a permit, the
+        topic's route and an open connection are at hand, write the request now and finish in the
+        response future's callback. A failed attempt continues in `_send_default` (retries as
+        usual). None: nothing was sent, take the slow path."""
+        permits = self._async_permits
+        inst = self._instance
+        if inst is None or self._state is not _State.RUNNING or permits.active >= permits.limit or permits._waiters:
             return None
-        return await inst.api.send_message(addr, mq.broker_name, mq.topic, prepared.uniq_id, cmd, timeout_ms)
+        info = inst.get_publish_info(topic)
+        if info is None:
+            return None
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[SendResult] = loop.create_future()
+        try:
+            prepared = prepare()
+        except Exception as e:  # invalid message: fail the future, as the slow path would
+            out.set_exception(e)
+            return out
+        begin = _now_ms()
+        mq = self.fault_strategy.select_one_message_queue(info, None)
+        addr = inst.find_broker_address_in_publish(mq.broker_name)
+        if addr is None:
+            return None
+        budget = float(timeout if timeout is not None else self.send_msg_timeout)
+        api = inst.api
+        rf = api.remoting.invoke_future_nowait(addr, self._build_request(prepared, mq), budget)
+        if rf is None:
+            return None
+        permits.active += 1
+        broker = mq.broker_name
+        held = [True]
+
+        def free(_f: object = None) -> None:
+            if held[0]:
+                held[0] = False
+                permits.release()
+
+        out.add_done_callback(lambda o: free() if o.cancelled() else None)  # a cancelled send frees its slot now
+
+        def done(rf: asyncio.Future[RemotingCommand]) -> None:
+            free()
+            if out.done():
+                return
+            elapsed = _now_ms() - begin
+            try:
+                result = api.process_send_response(broker, mq.topic, prepared.uniq_id, rf.result(), addr)
+            except asyncio.CancelledError:
+                out.cancel()
+                return
+            except (RemotingError, MQClientError, MQBrokerError) as e:
+                self.fault_strategy.update_fault_item(broker, elapsed, True)
+                retry = self.retry_times_when_send_async_failed > 0 and (
+                    not isinstance(e, MQBrokerError) or e.code in self.retry_response_codes
+                )
+                if not retry:
+                    out.set_exception(annotate(e, topic=topic, brokers=[broker], attempts=1))
+                    return
+                busy = isinstance(e, MQBrokerError) and e.code == ResponseCode.SYSTEM_BUSY
+                (log.debug if busy else log.warning)(
+                    "send_attempt_failed", topic=topic, broker=broker, attempt=1, error=f"{type(e).__name__}: {e}"
+                )
+                _chain(out, asyncio.ensure_future(self._send_async_continue(prepared, timeout, begin, broker, e)))
+                return
+            self.fault_strategy.update_fault_item(broker, elapsed, False)
+            if result.status is not SendStatus.SEND_OK and self.retry_another_broker_when_not_store_ok:
+                _chain(out, asyncio.ensure_future(
+                    self._send_async_continue(prepared, timeout, begin, broker, None, result)
+                ))
+                return
+            out.set_result(result)
+
+        rf.add_done_callback(done)
+        return out
+
+    async def _send_async_continue(
+        self,
+        prepared: _Prepared,
+        timeout: float | None,
+        begin: float,
+        broker: str,
+        exc: BaseException | None,
+        not_ok: SendResult | None = None,
+    ) -> SendResult:
+        """The attempts after a failed first attempt of _send_async_fast."""
+        budget = float(timeout if timeout is not None else self.send_msg_timeout)
+        if isinstance(exc, MQBrokerError) and exc.code == ResponseCode.SYSTEM_BUSY:
+            pause = min(self.system_busy_backoff, budget - (_now_ms() - begin) - 1.0)
+            if pause > 0:
+                await asyncio.sleep(pause / 1000.0)
+        permits = self._async_permits
+        await permits.acquire()
+        try:
+            if exc is None:
+                exc = MQClientError(f"send status {not_ok.status.value if not_ok else '?'}")
+            try:
+                result = await self._send_default(
+                    prepared, CommunicationMode.ASYNC, timeout, None, resume=(begin, broker, exc)
+                )
+            except BaseException:
+                if not_ok is not None:
+                    return not_ok
+                raise
+        finally:
+            permits.release()
+        assert result is not None
+        return result
 
 
 def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutError:
     return RemotingTimeoutError(f"topic {topic} (send budget)", RequestCode.SEND_MESSAGE_V2, cost, budget)
+
+
+def _chain(out: asyncio.Future[SendResult], task: asyncio.Future[SendResult]) -> None:
+    """Copy task's outcome into out (unless out was cancelled meanwhile); cancelling out cancels task."""
+
+    def copy(t: asyncio.Future[SendResult]) -> None:
+        if out.done():
+            if not t.cancelled():
+                t.exception()  # retrieved: the caller gave up on it
+            return
+        if t.cancelled():
+            out.cancel()
+        elif t.exception() is not None:
+            out.set_exception(t.exception())  # type: ignore[arg-type]
+        else:
+            out.set_result(t.result())
+
+    task.add_done_callback(copy)
+    out.add_done_callback(lambda o: task.cancel() if o.cancelled() and not task.done() else None)
 
 
 def _run_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) -> None:

@@ -1,0 +1,468 @@
+"""Side-by-side comparison: this project's broker vs Redis Streams vs NATS JetStream, same workloads.
+
+One command (as root, from the repository root; it installs what the peers need on first use):
+
+    .venv/bin/python bench/compare.py                      # everything, 3 runs each (~10 min)
+    .venv/bin/python bench/compare.py --runs 1 --count 20000 --workloads async_send,sync_send
+    .venv/bin/python bench/compare.py --no-peers           # only this project
+
+What it does:
+1. Set-up (skipped when present): `apt-get install -y redis-server nats-server` and a separate venv
+   build/venv-bench with redis, hiredis, nats-py, uvloop and matplotlib. `make test` never needs them.
+2. Starts this project's cluster itself (bin/mqnamesrv + bin/mqbroker, ASYNC_FLUSH; a second pair
+   with SYNC_FLUSH for sync_flush_batch), redis-server (no persistence; AOF appendfsync always for
+   sync_flush_batch) and nats-server -js (file storage), all on free 127.0.0.1 ports with temporary
+   data directories; every server is stopped by its PID at the end.
+3. Runs each workload --runs times per system, interleaved (this, redis, nats, this, ...), each run
+   a fresh client process: bench/wl_rocketmq.py in the project venv, bench/wl_peers.py in
+   build/venv-bench. Server CPU per message comes from /proc/PID/stat around each run.
+4. Writes bench/RESULTS.md (medians, ratios this/peer from the same invocation, targets, date,
+   machine, versions, load average), bench/results.json and bench/results.png (msgs/s and p99).
+
+Workloads (1 KiB bodies; see wl_rocketmq.py / wl_peers.py for exactly what each peer does):
+batch_send, async_send, sync_send, sync_flush_batch, litepull_consume, push_consume, e2e (send ->
+push listener at --rate msgs/s, latency), topics (--topics topics x 4 queues, async_send; compared
+with async_send of the same invocation). Client and servers share this machine's cores: figures are
+a property of the machine *and* its load at the time; the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.daemons import Daemon, free_port, start_broker, start_namesrv  # noqa: E402
+
+BENCH = ROOT / "bench"
+VENV_BENCH = ROOT / "build" / "venv-bench"
+PEER_PY = VENV_BENCH / "bin" / "python"
+PEER_PKGS = ["redis", "hiredis", "nats-py", "uvloop", "matplotlib"]
+PY = sys.executable
+
+WORKLOADS = [
+    "batch_send", "async_send", "sync_send", "sync_flush_batch",
+    "litepull_consume", "push_consume", "e2e", "topics",
+]
+TITLES = {
+    "batch_send": "batch send (32/batch)",
+    "async_send": "single send, pipelined",
+    "sync_send": "sync send, one at a time",
+    "sync_flush_batch": "SYNC_FLUSH batch send",
+    "litepull_consume": "lite pull consume",
+    "push_consume": "push consume (no-op listener)",
+    "e2e": "end to end at RATE msg/s",
+    "topics": "TOPICS topics x 4 queues (async send)",
+}
+# (kind, threshold): "rate" = msgs/s >=, "lat" = (p50 <=, p99 <=), "ratio" = fraction of async_send
+TARGETS: dict[str, tuple[str, Any]] = {
+    "batch_send": ("rate", 200_000),
+    "async_send": ("rate", 60_000),
+    "sync_send": ("lat", (0.3, 2.0)),
+    "sync_flush_batch": ("rate", 100_000),
+    "litepull_consume": ("rate", 300_000),
+    "push_consume": ("rate", 150_000),
+    "e2e": ("lat", (None, 5.0)),
+    "topics": ("ratio", 0.8),
+}
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, text=True, capture_output=True, **kw)
+
+
+# ------------------------------------------------------------------ set-up
+
+
+def setup_peers() -> None:
+    if not (shutil.which("redis-server") and shutil.which("nats-server")):
+        print("installing redis-server and nats-server (apt-get)...", flush=True)
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "redis-server", "nats-server"]):
+            r = sh(cmd, env=env, timeout=600)
+            if r.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
+    stamp = VENV_BENCH / ".installed"
+    if not stamp.exists():
+        print(f"creating {VENV_BENCH} ({', '.join(PEER_PKGS)})...", flush=True)
+        if not PEER_PY.exists():
+            r = sh(["python3", "-m", "venv", str(VENV_BENCH)], timeout=300)
+            if r.returncode != 0:
+                raise SystemExit(f"python3 -m venv failed: {r.stderr.strip()[-500:]}")
+        r = sh([str(PEER_PY), "-m", "pip", "install", "-q", *PEER_PKGS], timeout=900)
+        if r.returncode != 0:
+            raise SystemExit(f"pip install into {VENV_BENCH} failed: {r.stderr.strip()[-500:]}")
+        stamp.write_text("\n".join(PEER_PKGS) + "\n")
+
+
+class Server:
+    """A peer server process started by PID, output to a log file, stopped with SIGTERM then SIGKILL."""
+
+    def __init__(self, name: str, argv: list[str], log: Path) -> None:
+        self.name = name
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+# ------------------------------------------------------------------ running
+
+
+def run_one(system: str, workload: str, a: argparse.Namespace, env: dict[str, Any]) -> dict[str, Any]:
+    count = a.count
+    if workload == "sync_send":
+        count = a.sync_count
+    elif workload == "e2e":
+        count = int(a.rate * a.e2e_seconds)
+    common = ["--workload", workload, "--count", str(count), "--rate", str(a.rate), "--topics", str(a.topics)]
+    if system == "this":
+        ns = env["ns_sync"] if workload == "sync_flush_batch" else env["ns"]
+        wl = "batch_send" if workload == "sync_flush_batch" else workload
+        common[1] = wl
+        cmd = [PY, str(BENCH / "wl_rocketmq.py"), "-n", ns, *common, "--inflight",
+               str(a.batch_inflight if wl == "batch_send" else a.inflight)]
+        pid = env["broker_sync_pid"] if workload == "sync_flush_batch" else env["broker_pid"]
+    else:
+        cmd = [str(PEER_PY), str(BENCH / "wl_peers.py"), "--system", system, "--addr", env[f"{system}_addr"],
+               *common, "--inflight", str(a.inflight), "--batch-inflight", str(a.batch_inflight)]
+        pid = env[f"{system}_pid"]
+    c0 = cpu_seconds(pid)
+    r = sh(cmd, timeout=600, cwd=str(ROOT))
+    server_cpu = cpu_seconds(pid) - c0
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if r.returncode != 0 or not lines:
+        err = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"system": system, "workload": workload, "error": err[:300]}
+    out: dict[str, Any] = json.loads(lines[-1])
+    out["workload"] = workload
+    if "skip" not in out and out.get("msgs"):
+        out["server_cpu_us"] = round(server_cpu / out["msgs"] * 1e6, 1)
+    return out
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in runs if key in r]
+    return round(statistics.median(vals), 3) if vals else None
+
+
+def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for w, by_sys in results.items():
+        out[w] = {}
+        for s, runs in by_sys.items():
+            ok = [r for r in runs if "msgs_s" in r]
+            if not ok:
+                first = runs[0] if runs else {}
+                out[w][s] = {"note": first.get("skip") or first.get("error") or "no result"}
+                continue
+            out[w][s] = {
+                k: median_of(ok, k)
+                for k in ("msgs_s", "p50_ms", "p99_ms", "max_ms", "client_cpu_us", "server_cpu_us")
+                if median_of(ok, k) is not None
+            }
+            out[w][s]["runs"] = len(ok)
+            out[w][s]["msgs_s_all"] = [r["msgs_s"] for r in ok]
+    return out
+
+
+# ------------------------------------------------------------------ report
+
+
+def machine_info() -> dict[str, str]:
+    cpu = "?"
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"nproc": str(os.cpu_count()), "cpu": cpu, "ram": mem, "kernel": platform.release()}
+
+
+def versions() -> dict[str, str]:
+    v = {"python": platform.python_version()}
+    try:
+        import tomllib
+
+        v["this project"] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    except (OSError, KeyError, ValueError):
+        pass
+    r = sh(["redis-server", "--version"]) if shutil.which("redis-server") else None
+    if r is not None:
+        v["redis-server"] = next((p[2:] for p in r.stdout.split() if p.startswith("v=")), r.stdout.strip())
+    r = sh(["nats-server", "--version"]) if shutil.which("nats-server") else None
+    if r is not None:
+        v["nats-server"] = r.stdout.strip().split()[-1]
+    if PEER_PY.exists():
+        code = ("import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+                "['redis', 'hiredis', 'nats-py', 'uvloop']}))")
+        r = sh([str(PEER_PY), "-c", code])
+        if r.returncode == 0:
+            v.update({f"{k} (py)": x for k, x in json.loads(r.stdout).items()})
+    return v
+
+
+def fmt_rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def fmt_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def target_text(w: str, summary: dict[str, dict[str, dict[str, Any]]], a: argparse.Namespace) -> tuple[str, str]:
+    kind, t = TARGETS[w]
+    me = summary.get(w, {}).get("this", {})
+    if kind == "rate":
+        v = me.get("msgs_s")
+        return f">= {t:,} msg/s", "?" if v is None else ("met" if v >= t else f"NOT met ({v / t:.0%})")
+    if kind == "lat":
+        p50, p99 = t
+        text = (f"p50 <= {p50} ms, " if p50 else "") + f"p99 <= {p99} ms"
+        g50, g99 = me.get("p50_ms"), me.get("p99_ms")
+        if g99 is None:
+            return text, "?"
+        ok = g99 <= p99 and (p50 is None or (g50 is not None and g50 <= p50))
+        if w == "e2e" and me.get("msgs_s", 0) < 0.9 * a.rate:
+            return text, f"NOT met (kept up with only {me.get('msgs_s', 0):,.0f} of {a.rate:,.0f} msg/s)"
+        return text, "met" if ok else "NOT met"
+    base = summary.get("async_send", {}).get("this", {}).get("msgs_s")
+    v = me.get("msgs_s")
+    if not base or v is None:
+        return f">= {t:.0%} of 1 topic", "?"
+    return f">= {t:.0%} of 1 topic", ("met" if v / base >= t else "NOT met") + f" ({v / base:.0%})"
+
+
+def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Namespace, path: Path) -> None:
+    systems = ["this", "redis", "nats"]
+    title = {w: TITLES[w].replace("RATE", f"{a.rate:,.0f}").replace("TOPICS", f"{a.topics:,}") for w in TITLES}
+    L = [
+        "# Benchmark: this project vs Redis Streams vs NATS JetStream",
+        "",
+        f"Generated by `bench/compare.py` on {meta['date']} ({meta['elapsed_s']:.0f} s). "
+        f"{a.runs} run(s) per workload and system, medians shown; 1 KiB bodies; client and servers on "
+        "the same machine, loopback. Ratios are this/peer from this same invocation.",
+        "",
+        f"- Machine: {meta['machine']['nproc']} CPUs ({meta['machine']['cpu']}), {meta['machine']['ram']} RAM, "
+        f"Linux {meta['machine']['kernel']}. Load average before/after: {meta['load_before']} / {meta['load_after']} "
+        "(other work on the machine inflates every figure).",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+        f"- Parameters: count {a.count:,} (sync_send {a.sync_count:,}; e2e {a.rate:,.0f} msg/s for "
+        f"{a.e2e_seconds:g} s), {a.inflight} in flight for pipelined sends, {a.batch_inflight} batches of 32 in "
+        "flight, this project's broker ASYNC_FLUSH (SYNC_FLUSH for that row).",
+        "",
+        "## Throughput (msgs/s) and latency",
+        "",
+        "| workload | this | Redis | NATS | this/Redis | this/NATS | this p50 / p99 ms | Redis p99 | NATS p99 | this client / broker CPU us/msg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w in a.workload_list:
+        row = summary.get(w, {})
+        me, rd, nt = (row.get(s, {}) for s in systems)
+
+        def cell(d: dict[str, Any]) -> str:
+            return fmt_rate(d.get("msgs_s")) if "msgs_s" in d else f"n/a ({d.get('note', 'not run')})"
+
+        def ratio(d: dict[str, Any], me: dict[str, Any] = me) -> str:
+            if "msgs_s" in me and "msgs_s" in d and d["msgs_s"]:
+                return f"{me['msgs_s'] / d['msgs_s']:.2f}x"
+            return "-"
+
+        lat = f"{fmt_ms(me.get('p50_ms'))} / {fmt_ms(me.get('p99_ms'))}" if "p99_ms" in me else "-"
+        cpu = f"{me.get('client_cpu_us', '-')} / {me.get('server_cpu_us', '-')}" if "msgs_s" in me else "-"
+        L.append(
+            f"| {title[w]} | {cell(me)} | {cell(rd)} | {cell(nt)} | {ratio(rd)} | {ratio(nt)} | {lat} | "
+            f"{fmt_ms(rd.get('p99_ms'))} | {fmt_ms(nt.get('p99_ms'))} | {cpu} |"
+        )
+    L += ["", "## Targets (this project)", "", "| workload | target | measured (median) | status |", "|---|---|---|---|"]
+    for w in a.workload_list:
+        me = summary.get(w, {}).get("this", {})
+        t, status = target_text(w, summary, a)
+        measured = fmt_rate(me.get("msgs_s")) + " msg/s"
+        if "p99_ms" in me:
+            measured += f", p50 {fmt_ms(me.get('p50_ms'))} ms, p99 {fmt_ms(me.get('p99_ms'))} ms"
+        L.append(f"| {title[w]} | {t} | {measured} | {status} |")
+    mem = BENCH / "memory.json"
+    if mem.exists():
+        m = json.loads(mem.read_text())
+        L += ["", "## Broker memory (bench/bench_memory.py, last run)", "",
+              "| messages stored | body bytes | RSS MiB | file-backed MiB | RSS less file mappings MiB | target |",
+              "|---:|---:|---:|---:|---:|---|"]
+        for p in m.get("points", []):
+            L.append(f"| {p['messages']:,} | {p['body']} | {p['rss_mib']:.0f} | {p['file_mib']:.0f} | "
+                     f"{p['anon_mib']:.0f} | <= 300 MiB at 10 M |")
+        if m.get("note"):
+            L += ["", m["note"]]
+    L += [
+        "",
+        "## What each workload does",
+        "",
+        "See the docstrings of `bench/wl_rocketmq.py` (this project) and `bench/wl_peers.py` (peers). "
+        "`n/a` means the peer has no equivalent with the same guarantee (NATS 2.9: no batch publish, no "
+        "per-write fsync; Redis: no push delivery). Each run is a fresh client process; consumer timings "
+        "start when the consumer has started (its first fetch is inside the clock).",
+        "",
+        "Individual runs (msgs/s): " + "; ".join(
+            f"{w}/{s}: " + ", ".join(f"{x:,.0f}" for x in d.get("msgs_s_all", []))
+            for w in a.workload_list for s, d in summary.get(w, {}).items() if d.get("msgs_s_all")
+        ),
+        "",
+    ]
+    path.write_text("\n".join(L))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--count", type=int, default=50_000, help="messages per throughput run")
+    ap.add_argument("--sync-count", type=int, default=5_000, help="messages per sync_send run")
+    ap.add_argument("--rate", type=float, default=10_000, help="e2e send rate, msgs/s")
+    ap.add_argument("--e2e-seconds", type=float, default=5.0)
+    ap.add_argument("--topics", type=int, default=1000)
+    ap.add_argument("--inflight", type=int, default=256)
+    ap.add_argument("--batch-inflight", type=int, default=8)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--no-peers", action="store_true", help="only this project (no install, no peer servers)")
+    ap.add_argument("--out", default=str(BENCH), help="where RESULTS.md, results.json and results.png go")
+    a = ap.parse_args()
+    a.workload_list = [w for w in a.workloads.split(",") if w]
+    unknown = set(a.workload_list) - set(WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))}; known: {', '.join(WORKLOADS)}")
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not a.no_peers:
+        setup_peers()
+    systems = ["this"] if a.no_peers else ["this", "redis", "nats"]
+    tmp = Path(tempfile.mkdtemp(prefix="mqcompare-"))
+    daemons: list[Daemon] = []
+    servers: list[Server] = []
+    env: dict[str, Any] = {}
+    t_start = time.monotonic()
+    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    try:
+        big = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024, "flushDiskType": "ASYNC_FLUSH"}
+        ns, env["ns"] = start_namesrv(tmp / "a")
+        daemons.append(ns)
+        br, _ = start_broker(tmp / "a", env["ns"], extra=big)
+        daemons.append(br)
+        env["broker_pid"] = br.pid
+        if "sync_flush_batch" in a.workload_list:
+            ns2, env["ns_sync"] = start_namesrv(tmp / "b")
+            daemons.append(ns2)
+            br2, _ = start_broker(tmp / "b", env["ns_sync"], extra=dict(big, flushDiskType="SYNC_FLUSH"))
+            daemons.append(br2)
+            env["broker_sync_pid"] = br2.pid
+        if not a.no_peers:
+            rport, nport = free_port(), free_port()
+            (tmp / "redis").mkdir()
+            servers.append(Server("redis", ["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
+                                            "--save", "", "--appendonly", "no", "--dir", str(tmp / "redis")],
+                                  tmp / "redis.log"))
+            env["redis_pid"], env["redis_addr"] = servers[-1].pid, f"127.0.0.1:{rport}"
+            servers.append(Server("nats", ["nats-server", "-a", "127.0.0.1", "-p", str(nport), "-js",
+                                           "-sd", str(tmp / "nats")], tmp / "nats.log"))
+            env["nats_pid"], env["nats_addr"] = servers[-1].pid, f"127.0.0.1:{nport}"
+            wait_port(rport)
+            wait_port(nport)
+        # Warm-up, not recorded: the brokers' first mapped files, the peers' first allocations.
+        for s in systems:
+            run_one(s, "batch_send", argparse.Namespace(**dict(vars(a), count=2000)), env)
+            if "ns_sync" in env and s == "this":
+                run_one(s, "sync_flush_batch", argparse.Namespace(**dict(vars(a), count=2000)), env)
+        for w in a.workload_list:
+            results[w] = {s: [] for s in systems}
+            for i in range(a.runs):
+                for s in systems:
+                    if results[w][s] and "skip" in results[w][s][0]:
+                        continue
+                    r = run_one(s, w, a, env)
+                    results[w][s].append(r)
+                    shown = r.get("msgs_s", r.get("skip") or r.get("error"))
+                    extra = f" p50={r['p50_ms']} p99={r['p99_ms']}" if "p99_ms" in r else ""
+                    print(f"{w:17s} {s:6s} run {i + 1}: {shown}{extra}", flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+        for d in reversed(daemons):
+            d.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = summarize(results)
+    meta = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "elapsed_s": time.monotonic() - t_start,
+        "machine": machine_info(),
+        "versions": versions(),
+        "load_before": load_before,
+        "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "params": {k: v for k, v in vars(a).items() if k != "workload_list"},
+    }
+    (out_dir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
+    write_report(summary, meta, a, out_dir / "RESULTS.md")
+    if PEER_PY.exists():
+        r = sh([str(PEER_PY), str(BENCH / "chart.py"), str(out_dir / "results.json"), str(out_dir / "results.png")])
+        if r.returncode != 0:
+            print(f"chart failed: {r.stderr.strip()[-300:]}", file=sys.stderr)
+    print((out_dir / "RESULTS.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

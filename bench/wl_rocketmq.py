@@ -1,0 +1,257 @@
+"""This project's side of bench/compare.py: one workload, one run, one JSON line on stdout.
+
+Runs in the project's venv against a cluster compare.py started (or any: -n ADDR):
+
+    .venv/bin/python bench/wl_rocketmq.py -n 127.0.0.1:9876 --workload async_send --count 50000
+
+Workloads (1 KiB bodies): batch_send (send_batch of --batch, --inflight batches in flight),
+async_send (send_async, --inflight in flight), sync_send (send, one at a time; p50/p99),
+litepull_consume / push_consume (--count messages preloaded, then read by a new group; the clock
+starts when the consumer has started), e2e (send_async paced at --rate msgs/s, a push listener
+measures send -> receive latency), topics (async_send spread over --topics topics of 4 queues).
+Times are wall clock; `client_cpu_us` is this process's CPU time per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from client import Admin, Message, Producer  # noqa: E402
+from client.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, LitePullConsumer, PushConsumer  # noqa: E402
+from remoting.log import configure_logging  # noqa: E402
+from remoting.loop import run  # noqa: E402
+
+STAMP = "__BENCH_SEND_NS"
+
+
+def percentiles(lat_ms: list[float]) -> dict[str, float]:
+    if not lat_ms:
+        return {}
+    s = sorted(lat_ms)
+    n = len(s)
+    return {
+        "p50_ms": round(s[n // 2], 3),
+        "p99_ms": round(s[min(n - 1, int(n * 0.99))], 3),
+        "max_ms": round(s[-1], 3),
+        "avg_ms": round(sum(s) / n, 3),
+    }
+
+
+async def windowed(start: Any, n: int, window: int) -> None:
+    """Call start() n times keeping at most `window` of its futures pending; done callbacks refill
+    the window (no per-completion scan of the pending set). Raises the first failure at the end."""
+    done_ev = asyncio.Event()
+    st = {"inflight": 0, "left": n}
+    errors: list[BaseException] = []
+
+    def on_done(f: asyncio.Future[Any]) -> None:
+        st["inflight"] -= 1
+        if f.cancelled():
+            errors.append(asyncio.CancelledError())
+        elif f.exception() is not None:
+            errors.append(f.exception())  # type: ignore[arg-type]
+        done_ev.set()
+
+    while st["left"] > 0 or st["inflight"] > 0:
+        while st["inflight"] < window and st["left"] > 0:
+            st["left"] -= 1
+            st["inflight"] += 1
+            start().add_done_callback(on_done)
+        done_ev.clear()
+        if st["inflight"]:
+            await done_ev.wait()
+    if errors:
+        raise errors[0]
+
+
+async def paced(count: int, rate: float, send_due: Any) -> None:
+    """Every ~1 ms tick, send the messages that are due by then at `rate` msgs/s (same as wl_peers)."""
+    start = time.monotonic()
+    sent = 0
+    while sent < count:
+        due = min(count, int((time.monotonic() - start) * rate) + 1)
+        if due > sent:
+            await send_due(due - sent)
+            sent = due
+        await asyncio.sleep(0.001)
+
+
+async def ensure_topic(ns: str, topic: str, queues: int) -> None:
+    async with Admin(ns) as admin:
+        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=queues, write_queue_nums=queues)
+
+
+async def preload(ns: str, topic: str, count: int, body: bytes) -> None:
+    async with Producer("bench_preload", ns, max_async_inflight=8) as p:
+        pending: set[asyncio.Future[Any]] = set()
+        for i in range(0, count, 32):
+            n = min(32, count - i)
+            pending.add(p.send_batch_async([Message(topic, body) for _ in range(n)]))
+            if len(pending) >= 8:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+        for f in asyncio.as_completed(pending):
+            await f
+
+
+async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflight: int, batch: int,
+                 topics: list[str] | None = None) -> dict[str, Any]:
+    lat: list[float] = []
+    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
+        for t in topics or [topic]:  # warm up: routes, connection, the broker's first mapped file
+            await p.send(Message(t, body))
+        for _ in range(50):
+            await p.send(Message(topic, body))
+        c0, t0 = time.process_time(), time.perf_counter()
+        if mode == "sync":
+            for _ in range(count):
+                s = time.perf_counter()
+                await p.send(Message(topic, body))
+                lat.append((time.perf_counter() - s) * 1000.0)
+        elif mode == "async":
+            ts = topics or [topic]
+            nt = len(ts)
+            seq = iter(range(count))
+            await windowed(lambda: p.send_async(Message(ts[next(seq) % nt], body)), count, inflight)
+        else:
+            await windowed(
+                lambda: p.send_batch_async([Message(topic, body) for _ in range(batch)]), count // batch, inflight
+            )
+            if count % batch:
+                await p.send_batch([Message(topic, body) for _ in range(count % batch)])
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    return {"msgs": count, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
+
+
+async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, Any]:
+    c = LitePullConsumer(group, ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                         pull_batch_size=256, pull_threshold_for_queue=4096, pull_threshold_for_all=40960)
+    c.subscribe(topic, "*")
+    await c.start()
+    got = 0
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        deadline = t0 + 120
+        while got < count and time.perf_counter() < deadline:
+            got += len(await c.poll(timeout=1.0))
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    finally:
+        await c.shutdown()
+    return {"msgs": got, "seconds": dt, "client_cpu_s": cpu}
+
+
+async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None) -> dict[str, Any]:
+    got = 0
+    lat: list[float] = []
+    done = asyncio.Event()
+
+    async def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:  # on the loop, no thread hop
+        nonlocal got
+        if rate:
+            now = time.time_ns()
+            for m in msgs:
+                ts = m.properties.get(STAMP)
+                if ts is not None:
+                    lat.append((now - int(ts)) / 1e6)
+                    got += 1
+        else:
+            got += len(msgs)
+        if got >= count:
+            done.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    cfw = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET if rate else ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    c = PushConsumer(group, ns, consume_from_where=cfw, pull_batch_size=64, consume_message_batch_max_size=32)
+    c.subscribe(topic, "*")
+    c.register_listener(listener)
+    await c.start()
+    try:
+        if rate:
+            await asyncio.sleep(1.0)  # let the rebalance settle and the first long polls park
+            async with Producer("bench_e2e", ns, max_async_inflight=256, instance_name="bench_e2e_producer") as p:
+                await p.send(Message(topic, body))  # route + connection, outside the stamped run
+                c0, t0 = time.process_time(), time.perf_counter()
+                futs: list[asyncio.Future[Any]] = []
+
+                async def send_due(n: int) -> None:
+                    for _ in range(n):
+                        futs.append(p.send_async(Message(topic, body, properties={STAMP: str(time.time_ns())})))
+
+                await paced(count, rate, send_due)
+                await asyncio.gather(*futs)
+                await asyncio.wait_for(done.wait(), 60)
+        else:
+            c0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.wait_for(done.wait(), 120)
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    finally:
+        await c.shutdown()
+    return {"msgs": got, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
+
+
+async def main_async(a: argparse.Namespace) -> dict[str, Any]:
+    body = b"x" * a.size
+    w = a.workload
+    topic = a.topic or f"Bench_{a.workload}"
+    if a.topic is None and w in ("litepull_consume", "push_consume", "e2e"):
+        topic = f"{topic}_{time.time_ns() % 10**12}"  # a fresh topic per run: nothing left from earlier runs
+    if w == "topics":
+        topics = [f"{topic}_{i}" for i in range(a.topics)]
+        for i in range(0, len(topics), 50):
+            await asyncio.gather(*(ensure_topic(a.namesrv, t, 4) for t in topics[i:i + 50]))
+        return await w_send(a.namesrv, topics[0], a.count, body, "async", a.inflight, 1, topics)
+    await ensure_topic(a.namesrv, topic, a.queues)
+    if w == "batch_send":
+        return await w_send(a.namesrv, topic, a.count, body, "batch", a.inflight, a.batch)
+    if w == "async_send":
+        return await w_send(a.namesrv, topic, a.count, body, "async", a.inflight, 1)
+    if w == "sync_send":
+        return await w_send(a.namesrv, topic, a.count, body, "sync", 1, 1)
+    if w in ("litepull_consume", "push_consume"):
+        if not a.no_preload:
+            await preload(a.namesrv, topic, a.count, body)
+        group = f"bench_{w}_{time.time_ns()}"
+        if w == "litepull_consume":
+            return await w_litepull(a.namesrv, topic, a.count, group)
+        return await w_push(a.namesrv, topic, a.count, group, body, None)
+    if w == "e2e":
+        return await w_push(a.namesrv, topic, a.count, f"bench_e2e_{time.time_ns()}", body, a.rate)
+    raise SystemExit(f"unknown workload {w}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--namesrv", required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--count", type=int, default=50000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--inflight", type=int, default=256)
+    ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--topics", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=10000)
+    ap.add_argument("--topic", default=None)
+    ap.add_argument("--no-preload", action="store_true")
+    a = ap.parse_args()
+    configure_logging(level="ERROR")
+    r = run(main_async(a))
+    r.update(workload=a.workload, system="this", msgs_s=round(r["msgs"] / r["seconds"], 1))
+    r["client_cpu_us"] = round(r.pop("client_cpu_s") / max(1, r["msgs"]) * 1e6, 1)
+    print(json.dumps(r), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
