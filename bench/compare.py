@@ -330,6 +330,9 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
             f"| {title[w]} | {cell(me)} | {cell(rd)} | {cell(nt)} | {ratio(rd)} | {ratio(nt)} | {lat} | "
             f"{fmt_ms(rd.get('p99_ms'))} | {fmt_ms(nt.get('p99_ms'))} | {cpu} |"
         )
+    L += ["", "Broker CPU per message is the broker process's CPU over the whole client run divided by the "
+          "messages of the timed phase: for the consume rows it includes preloading the messages (a "
+          "batch send), for e2e both the send and the push delivery."]
     L += ["", "## Targets (this project)", "", "| workload | target | measured (median) | status |", "|---|---|---|---|"]
     for w in a.workload_list:
         me = summary.get(w, {}).get("this", {})

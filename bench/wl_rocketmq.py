@@ -85,8 +85,22 @@ async def paced(count: int, rate: float, send_due: Any) -> None:
 
 
 async def ensure_topic(ns: str, topic: str, queues: int) -> None:
+    """Create the topic and wait (bounded) until the NameServer routes it: the broker registers new
+    topics asynchronously, and a consumer that looks the route up too early waits for its next
+    periodic refresh (30 s)."""
     async with Admin(ns) as admin:
         await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=queues, write_queue_nums=queues)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if (await admin.topic_route(topic)).queue_datas:
+                    return
+            except Exception:  # not routed yet
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic} has no route after 10 s")
+            await asyncio.sleep(0.05)
 
 
 async def preload(ns: str, topic: str, count: int, body: bytes) -> None:
@@ -109,6 +123,12 @@ async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflig
     async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
         for t in topics or [topic]:  # warm up: routes, connection, the broker's first mapped file
             await p.send(Message(t, body))
+        if topics:
+            # Every queue of every topic once (round robin: 4 sends per topic), so the broker's
+            # consume queue files exist and the runs measure steady state, not file creation.
+            seq = iter(range(4 * len(topics)))
+            await windowed(lambda: p.send_async(Message(topics[next(seq) % len(topics)], body)), 4 * len(topics), 64)
+            await asyncio.sleep(1.0)  # let the broker's config persistence and registration settle
         for _ in range(50):
             await p.send(Message(topic, body))
         c0, t0 = time.process_time(), time.perf_counter()
@@ -151,10 +171,13 @@ async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, A
     return {"msgs": got, "seconds": dt, "client_cpu_s": cpu}
 
 
-async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None) -> dict[str, Any]:
+async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None,
+                 role: str = "both") -> dict[str, Any]:
     got = 0
     lat: list[float] = []
     done = asyncio.Event()
+    first_stamp = [0]
+    last_recv = [0.0]
 
     async def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:  # on the loop, no thread hop
         nonlocal got
@@ -163,8 +186,12 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
             for m in msgs:
                 ts = m.properties.get(STAMP)
                 if ts is not None:
-                    lat.append((now - int(ts)) / 1e6)
+                    t = int(ts)
+                    lat.append((now - t) / 1e6)
                     got += 1
+                    if not first_stamp[0] or t < first_stamp[0]:
+                        first_stamp[0] = t
+            last_recv[0] = now / 1e9
         else:
             got += len(msgs)
         if got >= count:
@@ -177,20 +204,16 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
     c.register_listener(listener)
     await c.start()
     try:
-        if rate:
+        if rate and role == "consumer":
             await asyncio.sleep(1.0)  # let the rebalance settle and the first long polls park
-            async with Producer("bench_e2e", ns, max_async_inflight=256, instance_name="bench_e2e_producer") as p:
-                await p.send(Message(topic, body))  # route + connection, outside the stamped run
-                c0, t0 = time.process_time(), time.perf_counter()
-                futs: list[asyncio.Future[Any]] = []
-
-                async def send_due(n: int) -> None:
-                    for _ in range(n):
-                        futs.append(p.send_async(Message(topic, body, properties={STAMP: str(time.time_ns())})))
-
-                await paced(count, rate, send_due)
-                await asyncio.gather(*futs)
-                await asyncio.wait_for(done.wait(), 60)
+            print("READY", flush=True)  # compare.py starts the producer process now
+            c0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.wait_for(done.wait(), 90)
+        elif rate:
+            await asyncio.sleep(1.0)  # let the rebalance settle and the first long polls park
+            c0, t0 = time.process_time(), time.perf_counter()
+            await e2e_send(ns, topic, count, body, rate)
+            await asyncio.wait_for(done.wait(), 60)
         else:
             c0, t0 = time.process_time(), time.perf_counter()
             await asyncio.wait_for(done.wait(), 120)
@@ -198,14 +221,45 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
         cpu = time.process_time() - c0
     finally:
         await c.shutdown()
-    return {"msgs": got, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
+    out = {"msgs": got, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
+    if rate and role == "consumer":
+        out["seconds"] = max(1e-6, last_recv[0] - first_stamp[0] / 1e9)  # first send -> last receive
+    return out
+
+
+async def e2e_send(ns: str, topic: str, count: int, body: bytes, rate: float) -> dict[str, Any]:
+    """The producer half of e2e: `count` stamped messages paced at `rate` msgs/s, all acknowledged."""
+    async with Producer("bench_e2e", ns, max_async_inflight=256, instance_name="bench_e2e_producer") as p:
+        await p.send(Message(topic, body))  # route + connection, outside the stamped run
+        c0, t0 = time.process_time(), time.perf_counter()
+        # Count completions in a callback: gathering 50 000 futures at the end would stall the loop
+        # (and, in-process, the listener) for a moment and show up as latency.
+        acked = asyncio.Event()
+        st = {"left": count, "errors": 0}
+
+        def on_ack(f: asyncio.Future[Any]) -> None:
+            st["left"] -= 1
+            if f.cancelled() or f.exception() is not None:
+                st["errors"] += 1
+            if st["left"] == 0:
+                acked.set()
+
+        async def send_due(n: int) -> None:
+            for _ in range(n):
+                p.send_async(Message(topic, body, properties={STAMP: str(time.time_ns())})).add_done_callback(on_ack)
+
+        await paced(count, rate, send_due)
+        await asyncio.wait_for(acked.wait(), 60)
+        if st["errors"]:
+            raise RuntimeError(f"{st['errors']} of {count} sends failed")
+        return {"msgs": count, "seconds": time.perf_counter() - t0, "client_cpu_s": time.process_time() - c0}
 
 
 async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     body = b"x" * a.size
     w = a.workload
     topic = a.topic or f"Bench_{a.workload}"
-    if a.topic is None and w in ("litepull_consume", "push_consume", "e2e"):
+    if a.topic is None and w in ("litepull_consume", "push_consume", "e2e") and a.role == "both":
         topic = f"{topic}_{time.time_ns() % 10**12}"  # a fresh topic per run: nothing left from earlier runs
     if w == "topics":
         topics = [f"{topic}_{i}" for i in range(a.topics)]
@@ -227,7 +281,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             return await w_litepull(a.namesrv, topic, a.count, group)
         return await w_push(a.namesrv, topic, a.count, group, body, None)
     if w == "e2e":
-        return await w_push(a.namesrv, topic, a.count, f"bench_e2e_{time.time_ns()}", body, a.rate)
+        if a.role == "producer":
+            return await e2e_send(a.namesrv, topic, a.count, body, a.rate)
+        return await w_push(a.namesrv, topic, a.count, f"bench_e2e_{time.time_ns()}", body, a.rate, a.role)
     raise SystemExit(f"unknown workload {w}")
 
 
@@ -244,6 +300,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=10000)
     ap.add_argument("--topic", default=None)
     ap.add_argument("--no-preload", action="store_true")
+    ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
+                    help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
     a = ap.parse_args()
     configure_logging(level="ERROR")
     r = run(main_async(a))

