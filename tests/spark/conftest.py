@@ -113,8 +113,12 @@ def produce(
     body: Callable[[int], bytes] | None = None,
     tags: Callable[[int], str | None] | None = None,
     batch: int = 0,
+    queue: Any = None,
 ) -> list[str]:
-    """Send n messages (keys k<i>, property i=<i>); returns their msg ids. batch>0 uses send_batch."""
+    """Send n messages (keys k<i>, property i=<i>); returns their msg ids. batch>0 uses send_batch.
+
+    `queue` (a MessageQueue) pins every send to that queue.
+    """
     from client import Message
     from client.sync import Producer
 
@@ -128,11 +132,11 @@ def produce(
     with Producer(f"pg_{topic}", namesrv, instance_name=f"produce-{uuid.uuid4().hex[:8]}") as p:
         if batch:
             for lo in range(start, start + n, batch):
-                r = p.send_batch([make(i) for i in range(lo, min(start + n, lo + batch))])
+                r = p.send_batch([make(i) for i in range(lo, min(start + n, lo + batch))], queue=queue)
                 ids.extend(r.msg_id.split(","))
         else:
             for i in range(start, start + n):
-                ids.append(p.send(make(i)).msg_id)
+                ids.append(p.send(make(i), queue=queue).msg_id)
     return ids
 
 
