@@ -57,6 +57,7 @@ from .pull_service import PullMessageService, PullRequest
 from .push_consumer import _enum, stable_client_id
 from .rebalance import (
     RebalanceLitePullImpl,
+    SubscriptionInfoHooks,
     compute_pull_from_where,
     default_consume_timestamp,
     max_offset,
@@ -92,7 +93,7 @@ class _QueueState:
     generation: int = 0
 
 
-class LitePullConsumer:
+class LitePullConsumer(SubscriptionInfoHooks):
     """See the module doc. Defaults are DefaultLitePullConsumer's except pull_batch_size (32)."""
 
     def __init__(
@@ -318,18 +319,6 @@ class LitePullConsumer:
             subscription_data_set=subs,
             unit_mode=self.client_config.unit_mode,
         )
-
-    def subscribed_topics(self) -> Iterable[str]:
-        return list(self._subscriptions)
-
-    def update_topic_subscribe_info(self, topic: str, info: set[MessageQueue]) -> None:
-        if topic in self._subscriptions and self.rebalance is not None:
-            self.rebalance.topic_subscribe_info_table[topic] = set(info)
-
-    def is_subscribe_topic_need_update(self, topic: str) -> bool:
-        if topic in self._subscriptions and self.rebalance is not None:
-            return topic not in self.rebalance.topic_subscribe_info_table
-        return False
 
     async def do_rebalance(self) -> None:
         if self.running and self._mode is _Mode.SUBSCRIBE:

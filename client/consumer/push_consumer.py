@@ -63,6 +63,7 @@ from .pull_api import PullAPIWrapper
 from .pull_service import PullMessageService, PullRequest
 from .rebalance import (
     RebalancePushImpl,
+    SubscriptionInfoHooks,
     compute_pull_from_where,
     default_consume_timestamp,
     parse_consume_timestamp,
@@ -115,7 +116,7 @@ def _range(name: str, value: int, lo: int, hi: int) -> None:
         raise MQClientError(f"{name} Out of range [{lo}, {hi}]: {value}")
 
 
-class PushConsumer:
+class PushConsumer(SubscriptionInfoHooks):
     """A push consumer (see the module doc). Defaults are DefaultMQPushConsumer's.
 
     Args:
@@ -440,18 +441,6 @@ class PushConsumer:
             subscription_data_set=list(self._subscriptions.values()),
             unit_mode=self.client_config.unit_mode,
         )
-
-    def subscribed_topics(self) -> Iterable[str]:
-        return list(self._subscriptions)
-
-    def update_topic_subscribe_info(self, topic: str, info: set[MessageQueue]) -> None:
-        if topic in self._subscriptions and self.rebalance is not None:
-            self.rebalance.topic_subscribe_info_table[topic] = set(info)
-
-    def is_subscribe_topic_need_update(self, topic: str) -> bool:
-        if topic in self._subscriptions and self.rebalance is not None:
-            return topic not in self.rebalance.topic_subscribe_info_table
-        return False
 
     async def do_rebalance(self) -> None:
         if self.running and not self._paused:

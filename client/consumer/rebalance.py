@@ -126,6 +126,28 @@ async def compute_pull_from_where(
     return await max_offset(instance, mq)
 
 
+class SubscriptionInfoHooks:
+    """The route-refresh hooks MQClientInstance calls on every consumer (push and lite pull alike).
+
+    Needs `_subscriptions` (topic -> subscription) and `rebalance` (a RebalanceImpl or None).
+    """
+
+    _subscriptions: dict[str, Any]
+    rebalance: RebalanceImpl | None
+
+    def subscribed_topics(self) -> Iterable[str]:
+        return list(self._subscriptions)
+
+    def update_topic_subscribe_info(self, topic: str, info: set[MessageQueue]) -> None:
+        if topic in self._subscriptions and self.rebalance is not None:
+            self.rebalance.topic_subscribe_info_table[topic] = set(info)
+
+    def is_subscribe_topic_need_update(self, topic: str) -> bool:
+        if topic in self._subscriptions and self.rebalance is not None:
+            return topic not in self.rebalance.topic_subscribe_info_table
+        return False
+
+
 class RebalanceOwner(Protocol):
     """What a rebalance needs from its consumer."""
 
