@@ -46,6 +46,7 @@ from remoting.errors import (
     RemotingTimeoutError,
 )
 from remoting.headers import (
+    SEND_V2_SHORT_NAMES,
     SERIALIZE_TYPES_EXT_FIELD,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
@@ -151,26 +152,11 @@ def send_header_v2(
     return ext
 
 
-_V2_TO_V1 = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-}
 
 
 def send_header_v1(ext_v2: Mapping[str, str]) -> dict[str, str]:
     """The same header with SEND_MESSAGE's long field names (for old brokers, sendSmartMsg=false)."""
-    return {_V2_TO_V1[k]: v for k, v in ext_v2.items()}
+    return {SEND_V2_SHORT_NAMES[k]: v for k, v in ext_v2.items()}
 
 
 class MQClientAPIImpl:

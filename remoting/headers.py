@@ -168,7 +168,7 @@ class SendMessageRequestHeader(CommandHeader):
 
 
 # SEND_MESSAGE_V2 short names (RocketMQ's SendMessageRequestHeaderV2).
-_V2_NAMES = {
+SEND_V2_SHORT_NAMES = {
     "a": "producerGroup",
     "b": "topic",
     "c": "defaultTopic",
@@ -183,7 +183,7 @@ _V2_NAMES = {
     "l": "maxReconsumeTimes",
     "m": "batch",
 }
-_V1_TO_V2 = {v: k for k, v in _V2_NAMES.items()}
+_V1_TO_V2 = {v: k for k, v in SEND_V2_SHORT_NAMES.items()}
 
 
 def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeader:
@@ -201,7 +201,7 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
         return SendMessageRequestHeader(**kwargs)
     except (TypeError, ValueError):
         pass  # a missing or bad field: let the general decoder name it
-    return SendMessageRequestHeader.decode({_V2_NAMES.get(k, k): v for k, v in ext.items()})
+    return SendMessageRequestHeader.decode({SEND_V2_SHORT_NAMES.get(k, k): v for k, v in ext.items()})
 
 
 _V2_FAST = tuple(
