@@ -430,8 +430,27 @@ def offset_msg_id_from_bytes(store_host_bytes: bytes, commit_log_offset: int) ->
 # ------------------------------------------------------------------------------------------ MessageExt
 
 
+class MessagePropertyAccessors:
+    """Named views of the common properties, shared by every message class with a `properties` dict."""
+
+    __slots__ = ()
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+
+
 @dataclass(slots=True)
-class MessageExt:
+class MessageExt(MessagePropertyAccessors):
     topic: str = ""
     body: bytes = b""
     flag: int = 0
@@ -455,18 +474,6 @@ class MessageExt:
 
     def put_property(self, name: str, value: str) -> None:
         self.properties[name] = value
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_KEYS)
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def offset_msg_id(self) -> str:

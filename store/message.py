@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from remoting.message import MessageConst, encode_properties
+from remoting.message import MessageConst, MessagePropertyAccessors, encode_properties
 
 
 @dataclass(slots=True)
-class MessageExtBrokerInner:
+class MessageExtBrokerInner(MessagePropertyAccessors):
     topic: str
     body: bytes = b""
     queue_id: int = 0
@@ -38,18 +38,6 @@ class MessageExtBrokerInner:
     def put_property(self, name: str, value: str) -> None:
         self.properties[name] = value
         self.properties_string = ""
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_KEYS)
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     def is_wait_store_msg_ok(self) -> bool:
         return self.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
