@@ -473,9 +473,14 @@ def update_broker_config(
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def wipe_write_perm(namesrv_addr: str | None, broker_name: str) -> int:
     """Stop producers from writing to a broker (on every NameServer)."""
-    result = run_admin(namesrv_addr, lambda a: a.wipe_write_perm(broker_name))
+    return _change_write_perm(namesrv_addr, broker_name, "wipe")
+
+
+def _change_write_perm(namesrv_addr: str | None, broker_name: str, action: str) -> int:
+    method = "wipe_write_perm" if action == "wipe" else "add_write_perm"
+    result = run_admin(namesrv_addr, lambda a: getattr(a, method)(broker_name))
     for addr, n in result.items():
-        click.echo(f"wipe write perm of broker[{broker_name}] in name server[{addr}] OK, {n}")
+        click.echo(f"{action} write perm of broker[{broker_name}] in name server[{addr}] OK, {n}")
     return 0
 
 
@@ -484,10 +489,7 @@ def wipe_write_perm(namesrv_addr: str | None, broker_name: str) -> int:
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def add_write_perm(namesrv_addr: str | None, broker_name: str) -> int:
     """Let producers write to a broker again (on every NameServer)."""
-    result = run_admin(namesrv_addr, lambda a: a.add_write_perm(broker_name))
-    for addr, n in result.items():
-        click.echo(f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {n}")
-    return 0
+    return _change_write_perm(namesrv_addr, broker_name, "add")
 
 
 # ---------------------------------------------------------------------- groups and consumers
