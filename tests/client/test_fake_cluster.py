@@ -22,7 +22,7 @@ from remoting import RemotingCommand, RequestCode, ResponseCode
 from remoting.body import ConsumerData, HeartbeatData, SubscriptionData
 from remoting.message import MessageConst, encode_message_record, encode_properties
 from tests.client.fakes import FakeBroker, FakeNameServer, wait_until
-from tests.support.daemons import free_port
+from tests.support.daemons import refused_port
 
 
 @pytest.fixture
@@ -122,10 +122,11 @@ async def test_retryable_code_moves_to_another_broker(ns: FakeNameServer, broker
 
 async def test_dead_broker_is_skipped_on_retry(ns: FakeNameServer, brokers: list[FakeBroker]) -> None:
     live = await new_broker(brokers, "broker-live")
-    dead_addr = f"127.0.0.1:{free_port()}"  # nothing listens there
-    ns.add_route("HalfDead", {"broker-dead": dead_addr, "broker-live": live.addr})
-    async with Producer("dead_group", ns.addr) as p:
-        results = [await p.send(Message("HalfDead", b"x")) for _ in range(8)]
+    with refused_port() as port:
+        dead_addr = f"127.0.0.1:{port}"  # bound, never listening: connects are refused
+        ns.add_route("HalfDead", {"broker-dead": dead_addr, "broker-live": live.addr})
+        async with Producer("dead_group", ns.addr) as p:
+            results = [await p.send(Message("HalfDead", b"x")) for _ in range(8)]
     assert {r.queue.broker_name for r in results} == {"broker-live"}
     assert len(live.sends) == 8
 
@@ -174,18 +175,19 @@ async def test_namesrv_failover_then_no_available_namesrv(
 ) -> None:
     b = await new_broker(brokers, "broker-a")
     ns.add_route("FailoverTopic", {"broker-a": b.addr})
-    dead = f"127.0.0.1:{free_port()}"
-    async with Producer("failover_group", f"{dead};{ns.addr}") as p:
-        r = await p.send(Message("FailoverTopic", b"x"))
-        assert r.status is SendStatus.SEND_OK
-        assert p.instance.api.chosen_namesrv == ns.addr  # remembered: the next lookup starts there
-        await ns.stop()
-        with pytest.raises(NoNameServerError) as ei:
-            await p.send(Message("OtherTopic", b"x"))
-        assert "no available NameServer" in str(ei.value)
-        assert dead in str(ei.value) and ns.addr in str(ei.value)
-        # The cached route keeps working without a NameServer.
-        assert (await p.send(Message("FailoverTopic", b"x"))).status is SendStatus.SEND_OK
+    with refused_port() as port:
+        dead = f"127.0.0.1:{port}"
+        async with Producer("failover_group", f"{dead};{ns.addr}") as p:
+            r = await p.send(Message("FailoverTopic", b"x"))
+            assert r.status is SendStatus.SEND_OK
+            assert p.instance.api.chosen_namesrv == ns.addr  # remembered: the next lookup starts there
+            await ns.stop()
+            with pytest.raises(NoNameServerError) as ei:
+                await p.send(Message("OtherTopic", b"x"))
+            assert "no available NameServer" in str(ei.value)
+            assert dead in str(ei.value) and ns.addr in str(ei.value)
+            # The cached route keeps working without a NameServer.
+            assert (await p.send(Message("FailoverTopic", b"x"))).status is SendStatus.SEND_OK
 
 
 async def test_unknown_topic_without_template_has_no_route(ns: FakeNameServer) -> None:

@@ -12,7 +12,7 @@ import pytest
 from client import Admin, MessageQueue
 from client.cli import mqshutdown
 from tests.client.conftest import RealCluster
-from tests.support.daemons import BIN, PYTHON, free_port
+from tests.support.daemons import BIN, PYTHON, refused_port
 
 
 def mqadmin(
@@ -208,8 +208,9 @@ def test_kv_config(real_cluster: RealCluster) -> None:
 def test_errors_are_one_line(real_cluster: RealCluster, tmp_path: Path) -> None:
     n = real_cluster.namesrv_addr
     assert "TOPIC_NOT_EXIST" in fails("topicStatus", "-n", n, "-t", "NoSuchTopic_xyz")
-    dead = f"127.0.0.1:{free_port()}"
-    line = fails("topicList", "-n", dead)
+    with refused_port() as port:
+        dead = f"127.0.0.1:{port}"
+        line = fails("topicList", "-n", dead)
     assert "no available NameServer" in line and dead in line
     assert fails("topicList") == "mqadmin: -n or NAMESRV_ADDR required"
     assert "bad NameServer address" in fails("topicList", "-n", "nonsense")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,18 @@ def free_port() -> int:
             continue
         return port
     raise RuntimeError("no free port pair found")
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port where connections are refused for as long as the block runs.
+
+    The socket stays bound but never listens, so the kernel answers connects with RST and no other
+    process can take the port meanwhile (a port from free_port() alone could be reused under load).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
 
 
 def write_conf(path: Path, values: dict[str, object]) -> Path:
