@@ -20,10 +20,24 @@ from typing import Any
 
 import structlog
 
-from remoting.body import ClusterInfo, ConsumerConnection, SubscriptionGroupConfig, TopicRouteData
+from remoting.body import (
+    ClusterInfo,
+    ConsumeMessageDirectlyResult,
+    ConsumerConnection,
+    QueryConsumeTimeSpanBody,
+    SubscriptionGroupConfig,
+    TopicRouteData,
+)
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.headers import PullMessageRequestHeader
-from remoting.message import MessageExt, decode_offset_msg_id
+from remoting.headers import (
+    CloneGroupOffsetRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
+    PullMessageRequestHeader,
+    QueryConsumeTimeSpanRequestHeader,
+)
+from remoting.message import MessageExt, create_offset_msg_id, decode_offset_msg_id
 
 from .config import ClientConfig
 from .errors import (
@@ -32,6 +46,7 @@ from .errors import (
     MQClientError,
     NotStartedError,
     TopicNotExistError,
+    error_for_code,
 )
 from .instance import MQClientInstance, get_client_manager
 from .message import Message, MessageQueue, PullResult, PullStatus, SendResult
@@ -51,6 +66,7 @@ __all__ = [
     "ConsumerProgress",
     "GroupProgress",
     "QueueProgress",
+    "QueueTimeSpan",
     "ResetOffsetResult",
     "TopicQueueStatus",
 ]
@@ -106,6 +122,19 @@ class GroupProgress:
     message_model: str
     consume_tps: float
     diff_total: int
+
+
+@dataclass(slots=True)
+class QueueTimeSpan:
+    """One queue of `query_consume_time_span` (RocketMQ's QueueTimeSpan): store timestamps (ms, -1 when
+    there is no such message) of the queue's first and last message and of the group's last consumed
+    one, and how long (ms) the first unconsumed message has waited (0 when all are consumed)."""
+
+    queue: MessageQueue
+    min_timestamp: int
+    max_timestamp: int
+    consume_timestamp: int
+    delay_time: int
 
 
 @dataclass(slots=True)
@@ -249,6 +278,17 @@ class Admin:
         for addr in addrs:
             await self.api.update_broker_config(addr, {key: value}, self.timeout)
         return addrs
+
+    async def _broker_call(
+        self, addr: str, code: int, ext: dict[str, str], timeout_ms: float | None = None
+    ) -> RemotingCommand:
+        """One request to a broker; an error answer raises its typed MQBrokerError."""
+        resp = await self.api.remoting.invoke(
+            addr, RemotingCommand.request(code, ext), timeout_ms or self.timeout
+        )
+        if resp.code != ResponseCode.SUCCESS:
+            raise error_for_code(resp.code, resp.remark, addr)
+        return resp
 
     async def _target_addrs(self, broker_addr: str | None, cluster: str | None) -> list[str]:
         if broker_addr:
@@ -606,6 +646,68 @@ class Admin:
     async def update_consume_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         addr = await self._broker_addr_of(mq.topic, mq.broker_name)
         await self.api.update_consumer_offset(addr, group, mq.topic, mq.queue_id, offset, self.timeout)
+
+    async def clone_group_offset(
+        self, src_group: str, dest_group: str, topic: str | None = None, offline: bool = False
+    ) -> list[str]:
+        """Copy src_group's committed offsets to dest_group on every broker of src_group (CLONE_GROUP_OFFSET):
+        for `topic`, or for every topic src_group has offsets of when topic is None/blank. Unless
+        `offline`, a broker skips a topic src_group is online without subscribing to. Returns the brokers
+        asked."""
+        header = CloneGroupOffsetRequestHeader(
+            src_group=src_group, dest_group=dest_group, topic=(topic or "").strip() or None, offline=offline
+        )
+        addrs = await self._group_broker_addrs(src_group)
+        for addr in addrs:
+            await self._broker_call(addr, RequestCode.CLONE_GROUP_OFFSET, header.encode(), self.timeout * 3)
+        return addrs
+
+    async def query_consume_time_span(self, topic: str, group: str) -> list[QueueTimeSpan]:
+        """Per queue of the topic (every broker): the store-time span of its messages, the store time of
+        the group's last consumed message and its delay (QUERY_CONSUME_TIME_SPAN)."""
+        route = await self.topic_route(topic)
+        header = QueryConsumeTimeSpanRequestHeader(topic=topic, group=group).encode()
+        rows: list[QueueTimeSpan] = []
+        for bd in route.broker_datas:
+            addr = bd.select_broker_addr()
+            if addr is None:
+                continue
+            resp = await self._broker_call(addr, RequestCode.QUERY_CONSUME_TIME_SPAN, header)
+            if not resp.body:
+                continue
+            for span in QueryConsumeTimeSpanBody.decode(resp.body).consume_time_span_set:
+                rows.append(
+                    QueueTimeSpan(
+                        from_body_mq(span.message_queue),
+                        span.min_time_stamp,
+                        span.max_time_stamp,
+                        span.consume_time_stamp,
+                        span.delay_time,
+                    )
+                )
+        rows.sort(key=lambda r: r.queue)
+        return rows
+
+    async def consume_message_directly(
+        self, group: str, client_id: str, msg_id: str, topic: str | None = None
+    ) -> ConsumeMessageDirectlyResult:
+        """Have one online consumer client (`client_id` of `group`) consume a stored message now, through
+        the broker that stores it (CONSUME_MESSAGE_DIRECTLY); returns the client's result. `msg_id` as for
+        view_message: an offsetMsgId, or a UNIQ_KEY id with its topic."""
+        msg = await self.view_message(msg_id, topic)
+        host, port = msg.store_host
+        header = ConsumeMessageDirectlyResultRequestHeader(
+            consumer_group=group,
+            client_id=client_id,
+            msg_id=create_offset_msg_id(host, port, msg.commit_log_offset),
+        )
+        addr = f"{host}:{port}"
+        resp = await self._broker_call(
+            addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, header.encode(), self.timeout * 3
+        )
+        if not resp.body:
+            raise MQClientError(f"consumer <{group}> <{client_id}> answered CONSUME_MESSAGE_DIRECTLY without a result")
+        return ConsumeMessageDirectlyResult.decode(resp.body)
 
     # ------------------------------------------------------------------ messages
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:

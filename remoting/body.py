@@ -403,3 +403,17 @@ class GroupList(Body):
     """QUERY_TOPIC_CONSUME_BY_WHO answer: the consumer groups of a topic."""
 
     group_list: list[str] = Field(default_factory=list)
+
+
+class QueueTimeSpan(Body):
+    """One queue of a QUERY_CONSUME_TIME_SPAN answer (store timestamps in ms; -1 when unknown)."""
+
+    message_queue: MessageQueue
+    min_time_stamp: int = 0
+    max_time_stamp: int = 0
+    consume_time_stamp: int = 0
+    delay_time: int = 0
+
+
+class QueryConsumeTimeSpanBody(Body):
+    consume_time_span_set: list[QueueTimeSpan] = Field(default_factory=list)

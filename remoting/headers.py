@@ -551,3 +551,34 @@ class GetBrokerConfigResponseHeader(CommandHeader):
 # serialize types it reads ("JSON,ROCKETMQ,MSGPACK"); our client then speaks MSGPACK to that
 # address. Real RocketMQ clients ignore extFields on a heartbeat response.
 SERIALIZE_TYPES_EXT_FIELD = "serializeTypes"
+
+
+# ------------------------------------------------------------------ admin (broker): offsets cloning, time span, consume directly
+
+
+@header
+class CloneGroupOffsetRequestHeader(CommandHeader):
+    """CLONE_GROUP_OFFSET (314): copy srcGroup's offsets to destGroup; a blank topic means every topic."""
+
+    src_group: str
+    dest_group: str
+    topic: str | None = None
+    offline: bool = False
+
+
+@header
+class QueryConsumeTimeSpanRequestHeader(CommandHeader):
+    """QUERY_CONSUME_TIME_SPAN (303)."""
+
+    topic: str
+    group: str
+
+
+@header
+class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
+    """CONSUME_MESSAGE_DIRECTLY (309), admin -> broker -> consumer client. The broker adds brokerName."""
+
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    broker_name: str | None = None

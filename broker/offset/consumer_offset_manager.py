@@ -84,11 +84,14 @@ class ConsumerOffsetManager(ConfigManager):
                 out.add(tg[1])
         return out
 
-    def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
+    def clone_offset(self, src_group: str, dest_group: str, topic: str) -> bool:
+        """Replace dest_group's offsets of the topic by a copy of src_group's; False if src has none."""
         src = self.offset_table.get(offset_key(topic, src_group))
-        if src is not None:
-            self.offset_table[offset_key(topic, dest_group)] = dict(src)
-            self._dirty = True
+        if src is None:
+            return False
+        self.offset_table[offset_key(topic, dest_group)] = dict(src)
+        self._dirty = True
+        return True
 
     def remove_offset(self, group: str) -> None:
         """Forget every offset of a consumer group."""

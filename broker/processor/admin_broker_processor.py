@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.processor.common import BadRequest, await_dispatch, decode_header, maybe_await, reply
+from broker.processor.common import BadRequest, await_dispatch, decode_header, maybe_await, now_ms, reply
 from broker.topic import topic_validator as tv
 from remoting.body import (
     Connection,
@@ -23,6 +23,8 @@ from remoting.body import (
     MessageQueue,
     OffsetWrapper,
     ProducerConnection,
+    QueryConsumeTimeSpanBody,
+    QueueTimeSpan,
     SubscriptionGroupConfig,
     TopicConfig,
     TopicList,
@@ -35,6 +37,8 @@ from remoting.command import RemotingCommand
 from remoting.connection import RequestContext
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import (
+    CloneGroupOffsetRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     DeleteTopicRequestHeader,
@@ -46,11 +50,13 @@ from remoting.headers import (
     GetProducerConnectionListRequestHeader,
     GetTopicStatsInfoRequestHeader,
     OffsetResponseHeader,
+    QueryConsumeTimeSpanRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
 )
+from remoting.message import decode_offset_msg_id
 from remoting.properties import ConfigError, parse_properties
 
 if TYPE_CHECKING:
@@ -117,6 +123,9 @@ class AdminBrokerProcessor:
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
+            RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
+            RequestCode.QUERY_CONSUME_TIME_SPAN: self.query_consume_time_span,
         }
 
     @property
@@ -325,6 +334,44 @@ class AdminBrokerProcessor:
                 )
         return reply(ResponseCode.SUCCESS, None, None, stats.encode())
 
+    async def query_consume_time_span(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """Per write queue of the topic: store times of the first, last and last-consumed message of the
+        group, and how long the first unconsumed message has waited (Java's queryConsumeTimeSpan)."""
+        await await_dispatch(self.c.message_store)
+        h = decode_header(QueryConsumeTimeSpanRequestHeader, cmd)
+        tc = self.c.topic_config_manager.select_topic_config(h.topic)
+        if tc is None:
+            return reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = self.c.message_store
+        offsets = self.c.consumer_offset_manager
+        broker_name = self.c.broker_config.brokerName
+
+        def store_time(qid: int, offset: int) -> int:
+            # -1 when there is no message at that offset (Java's getMessageStoreTimeStamp).
+            return store.get_message_store_timestamp(h.topic, qid, offset) if offset >= 0 else -1
+
+        body = QueryConsumeTimeSpanBody()
+        for qid in range(tc.write_queue_nums):
+            min_time = store.get_earliest_message_time(h.topic, qid)
+            max_offset = store.get_max_offset_in_queue(h.topic, qid)
+            consumer_offset = offsets.query_offset(h.group, h.topic, qid)
+            consume_time = store_time(qid, consumer_offset - 1) if consumer_offset > 0 else min_time
+            delay = 0
+            if consumer_offset < max_offset:
+                # As Java: with no committed offset (-1) the lookup finds nothing (-1), so the delay
+                # is now + 1; tools show it as "never consumed".
+                delay = now_ms() - store_time(qid, consumer_offset)
+            body.consume_time_span_set.append(
+                QueueTimeSpan(
+                    message_queue=MessageQueue(topic=h.topic, broker_name=broker_name, queue_id=qid),
+                    min_time_stamp=min_time,
+                    max_time_stamp=store_time(qid, max_offset - 1),
+                    consume_time_stamp=consume_time,
+                    delay_time=delay,
+                )
+            )
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
     # ------------------------------------------------------------------ clients
 
     def get_consumer_connection_list(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
@@ -365,16 +412,48 @@ class AdminBrokerProcessor:
 
     async def get_consumer_running_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(GetConsumerRunningInfoRequestHeader, cmd)
-        info = self.c.consumer_manager.find_channel(h.consumer_group, h.client_id)
-        if info is None:
+        return await self._call_consumer(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}), cmd.body, h.consumer_group, h.client_id
+        )
+
+    async def consume_message_directly(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """Hand the message named by msgId (an offsetMsgId of this broker) to one consumer client to consume
+        now; answer with its ConsumeMessageDirectlyResult."""
+        h = decode_header(ConsumeMessageDirectlyResultRequestHeader, cmd)
+        if not h.msg_id:
+            return reply(ResponseCode.INVALID_PARAMETER, "CONSUME_MESSAGE_DIRECTLY needs msgId (an offsetMsgId)")
+        try:
+            _host, _port, offset = decode_offset_msg_id(h.msg_id.strip())
+        except ValueError as e:
+            return reply(ResponseCode.INVALID_PARAMETER, str(e))
+        if self.c.consumer_manager.find_channel(h.consumer_group, h.client_id or "") is None:
             return reply(ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.consumer_group}> <{h.client_id}> not online")
-        fwd = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, dict(cmd.ext_fields or {}), cmd.body)
+        data = await maybe_await(self.c.message_store.select_one_message_by_offset(offset))
+        if data is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset} (msgId {h.msg_id})")
+        ext = dict(cmd.ext_fields or {})
+        ext["brokerName"] = self.c.broker_config.brokerName
+        log.info("consume_message_directly", group=h.consumer_group, client_id=h.client_id, offset=offset,
+                 peer=ctx.remote_addr)
+        return await self._call_consumer(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY, ext, bytes(data), h.consumer_group, h.client_id or ""
+        )
+
+    async def _call_consumer(
+        self, code: int, ext: dict[str, str], body: bytes | None, group: str, client_id: str
+    ) -> RemotingCommand:
+        """Forward a request to one consumer client of the group and relay its answer (Java's callConsumer;
+        its check for clients older than V3_1_8 is left out: every client we meet answers these codes)."""
+        info = self.c.consumer_manager.find_channel(group, client_id)
+        if info is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+        fwd = RemotingCommand.request(code, ext, body)
         try:
             resp = await self.c.broker2client.call_client(info.conn, fwd, 10000)
         except RemotingTimeoutError as e:
-            return reply(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumer_group}> <{h.client_id}> Timeout: {e}")
+            return reply(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {e}")
         except RemotingError as e:
-            return reply(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{h.consumer_group}> <{h.client_id}> failed: {e}")
+            return reply(ResponseCode.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> failed: {e}")
         return reply(resp.code, resp.remark, resp.ext_fields, resp.body)
 
     # ------------------------------------------------------------------ orderly locks
@@ -431,6 +510,37 @@ class AdminBrokerProcessor:
         provider = self.c.delay_offset_provider
         text = provider() if provider is not None else '{"offsetTable":{}}'
         return reply(ResponseCode.SUCCESS, None, None, text.encode())
+
+    def clone_group_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """Copy srcGroup's committed offsets to destGroup for a topic, or for every topic srcGroup has
+        offsets of when the topic is blank. Unless `offline`, a topic the source group is online without
+        subscribing to is skipped (Java's check)."""
+        h = decode_header(CloneGroupOffsetRequestHeader, cmd)
+        com = self.c.consumer_offset_manager
+        src, dest = h.src_group, h.dest_group
+        topic = (h.topic or "").strip()
+        topics = {topic} if topic else com.which_topic_by_consumer(src)
+        cloned = []
+        for t in sorted(topics):
+            if self.c.topic_config_manager.select_topic_config(t) is None:
+                log.warning("clone_group_offset_topic_not_exist", topic=t)
+                continue
+            if (
+                not h.offline
+                and self.c.consumer_manager.find_subscription_data_count(src) > 0
+                and self.c.consumer_manager.find_subscription_data(src, t) is None
+            ):
+                log.warning("clone_group_offset_not_subscribed", group=src, topic=t)
+                continue
+            # Java 4.9.4 passes the request's topic here, so with a blank topic its loop clones nothing;
+            # we clone the loop's topic, which is what the loop is evidently for.
+            if com.clone_offset(src, dest, t):
+                cloned.append(t)
+        if cloned:
+            com.request_persist()
+        log.info("clone_group_offset", src_group=src, dest_group=dest, topics=cloned, offline=h.offline,
+                 peer=ctx.remote_addr)
+        return reply(ResponseCode.SUCCESS)
 
     def reset_offset(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(ResetOffsetRequestHeader, cmd)

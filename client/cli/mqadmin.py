@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from remoting.body import ConsumeMessageDirectlyResult
 from remoting.log import configure_logging
 from remoting.loop import run as run_loop
 from remoting.message import MessageExt, PermName
@@ -694,6 +695,35 @@ def reset_offset_by_time(
     return 0
 
 
+@cli.command("cloneGroupOffset")
+@common
+@click.option("-s", "--srcGroup", "src_group", required=True, help="set source consumer group")
+@click.option("-d", "--destGroup", "dest_group", required=True, help="set destination consumer group")
+@click.option(
+    "-t", "--topic", default=None, help="set the topic (omitted: every topic the source group has offsets for)"
+)
+@click.option("-o", "--offline", default=None, help="the group or the topic is offline (true|false)")
+@json_opt
+def clone_group_offset(
+    namesrv_addr: str | None,
+    src_group: str,
+    dest_group: str,
+    topic: str | None,
+    offline: str | None,
+    as_json: bool,
+) -> int:
+    """Copy a consumer group's committed offsets to another group."""
+    src, dest = src_group.strip(), dest_group.strip()
+    t = (topic or "").strip()
+    off = bool(parse_bool(offline, "-o"))
+    addrs = run_admin(namesrv_addr, lambda a: a.clone_group_offset(src, dest, t or None, off))
+    if as_json:
+        echo_json({"srcGroup": src, "destGroup": dest, "topic": t or None, "offline": off, "brokers": addrs})
+        return 0
+    click.echo(f"clone group offset success. srcGroup[{src}], destGroup=[{dest}], topic[{t}]")
+    return 0
+
+
 # ---------------------------------------------------------------------- messages
 
 
@@ -703,10 +733,41 @@ def reset_offset_by_time(
     "-i", "--msgId", "msg_ids", required=True, help="offsetMsgId or UNIQ_KEY id; several separated by commas"
 )
 @click.option("-t", "--topic", default=None, help="topic (needed to look up a UNIQ_KEY id)")
+@click.option("-g", "--consumerGroup", "group", default=None, help="consumer group name (with -d)")
+@click.option(
+    "-d", "--clientId", "client_id", default=None, help="have this consumer client consume the message (with -g)"
+)
 @json_opt
-def query_msg_by_id(namesrv_addr: str | None, msg_ids: str, topic: str | None, as_json: bool) -> int:
-    """Show a message by its id."""
+def query_msg_by_id(
+    namesrv_addr: str | None,
+    msg_ids: str,
+    topic: str | None,
+    group: str | None,
+    client_id: str | None,
+    as_json: bool,
+) -> int:
+    """Show a message by its id; with -g and -d, have that consumer consume it now."""
     ids = [i.strip() for i in msg_ids.split(",") if i.strip()]
+    if not ids:
+        raise CommandError("-i needs at least one message id")
+    if (group is None) != (client_id is None):
+        raise CommandError("give both -g consumerGroup and -d clientId, or neither")
+    if group is not None and client_id is not None:
+        g, cid = group.strip(), client_id.strip()
+
+        async def push(a: Admin) -> list[ConsumeMessageDirectlyResult]:
+            return [await a.consume_message_directly(g, cid, i, topic) for i in ids]
+
+        results = run_admin(namesrv_addr, push)
+        if as_json:
+            echo_json(results if len(results) > 1 else results[0])
+            return 0
+        for r in results:
+            click.echo(
+                f"ConsumeMessageDirectlyResult [order={str(r.order).lower()}, autoCommit={str(r.auto_commit).lower()}, "
+                f"consumeResult={r.consume_result}, remark={r.remark}, spentTimeMills={r.spent_time_mills}]"
+            )
+        return 0
 
     async def go(a: Admin) -> list[MessageExt]:
         return [await a.view_message(i, topic) for i in ids]
