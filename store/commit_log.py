@@ -16,7 +16,7 @@ import struct
 import time
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -84,6 +84,7 @@ class CommitLog:
         self._next_file_offset = -1
         self._topic_cache: dict[str, bytes | None] = {}
         self._host_cache: dict[str, bytes] = {}
+        self._sh_cache: dict[tuple[bytes, int], bytes] = {}
 
     # ------------------------------------------------------------------------------ offsets
 
@@ -375,6 +376,16 @@ class CommitLog:
             self._topic_cache[topic] = tp
         return tp
 
+    def _store_host_bytes(self, ip: bytes, port: int) -> bytes:
+        """ip + port as the offset msg id's prefix (one store host: cached)."""
+        key = (ip, port)
+        b = self._sh_cache.get(key)
+        if b is None:
+            if len(self._sh_cache) > _CACHE_LIMIT:
+                self._sh_cache.clear()
+            b = self._sh_cache[key] = ip + _PORT.pack(port)
+        return b
+
     def _host_bytes(self, host: tuple[str, int]) -> bytes:
         ip = host[0]
         b = self._host_cache.get(ip)
@@ -387,23 +398,22 @@ class CommitLog:
 
     async def put_messages(self, msgs: Sequence[MessageExtBrokerInner]) -> PutMessageResult:
         """Append a run of messages with one lock round; returns once they are in the page cache (the
-        caller handles the flush wait).
+        caller handles the flush wait)."""
+        return (await self.put_many((msgs,)))[0]
 
-        Pass 1 (outside the lock) validates and prepares the variable parts; pass 2 (under the lock, where
-        queue offset, physical offset and store time are known) packs each record's fixed part straight
-        into the mapping and copies body and tail after it -- every byte is written exactly once."""
-        if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty message batch")
+    def _prepare(
+        self, units: Sequence[Sequence[MessageExtBrokerInner]], results: list[PutMessageResult | None]
+    ) -> list[tuple[int, list[tuple[Any, ...]], int]]:
+        """Pass 1 (outside the lock): validate each put and prepare each record's variable parts. Returns
+        [(unit index, items, total bytes)] for the good units; a bad unit's failure goes to results."""
         max_body = self.cfg.maxMessageSize
+        max_total = self.mapped_file_size - END_FILE_MIN_BLANK_LENGTH
         store = self.store
         hook = store.tags_code_hook
         tags_cache = store.tags_code_cache
         crc32 = zlib.crc32
         i16 = _I16.pack
-        prepared_items = []
-        add_item = prepared_items.append
-        total = 0
-        body_total = 0
+        prepared: list[tuple[int, list[tuple[Any, ...]], int]] = []
         last_topic: str | None = None
         topic_part = b""
         # (born_host, store_host, sys_flag) of the previous message -> its derived header bits
@@ -411,197 +421,252 @@ class CommitLog:
         sys_flag = 0
         layout = _LAYOUTS[0]
         born_ip = store_ip = b""
-        for m in msgs:
-            topic = m.topic
-            if topic != last_topic:
-                tp = self._topic_part(topic)
-                if tp is None:
-                    return PutMessageResult(
+        for ui, msgs in enumerate(units):
+            if not msgs:
+                results[ui] = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty message batch")
+                continue
+            prepared_items: list[tuple[Any, ...]] = []
+            add_item = prepared_items.append
+            total = 0
+            body_total = 0
+            bad: PutMessageResult | None = None
+            for m in msgs:
+                topic = m.topic
+                if topic != last_topic:
+                    tp = self._topic_part(topic)
+                    if tp is None:
+                        bad = PutMessageResult(
+                            PutMessageStatus.MESSAGE_ILLEGAL,
+                            None,
+                            f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes",
+                        )
+                        break
+                    topic_part = tp
+                    last_topic = topic
+                body = m.body
+                body_len = len(body)
+                body_total += body_len
+                if body_total > max_body:  # one message, or a whole batch (Java's encoder buffer limit)
+                    bad = PutMessageResult(
                         PutMessageStatus.MESSAGE_ILLEGAL,
                         None,
-                        f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes",
+                        f"message body size {body_total} exceeds maxMessageSize {max_body}",
                     )
-                topic_part = tp
-                last_topic = topic
-            body = m.body
-            body_len = len(body)
-            body_total += body_len
-            if body_total > max_body:  # one message, or a whole batch (Java's encoder buffer limit)
-                return PutMessageResult(
+                    break
+                props = m.properties
+                ps = m.properties_string
+                if not ps:
+                    if props:
+                        ps = m.properties_string = encode_properties(props)
+                    pb = ps.encode("utf-8") if ps else b""
+                else:
+                    pb = ps.encode("utf-8")
+                    if not props:
+                        props = m.properties = decode_properties(ps)
+                if len(pb) > MAX_PROPERTIES_LENGTH:
+                    bad = PutMessageResult(
+                        PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                        None,
+                        f"properties size {len(pb)} exceeds {MAX_PROPERTIES_LENGTH}",
+                    )
+                    break
+                bh = m.born_host
+                sh = m.store_host
+                if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
+                    last_hosts = (bh, sh, m.sys_flag)
+                    born_ip = self._host_bytes(bh)
+                    store_ip = self._host_bytes(sh)
+                    # The IPv6 bits always follow the actual address families.
+                    sys_flag = m.sys_flag & ~_V6_BITS
+                    if len(born_ip) == 16:
+                        sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+                    if len(store_ip) == 16:
+                        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+                    layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+                if hook is None:
+                    tags = props.get(_PROP_TAGS) if props else None
+                    if tags:
+                        tags_code = tags_cache.get(tags)
+                        if tags_code is None:
+                            tags_code = store.compute_tags_code(topic, props)
+                    else:
+                        tags_code = 0
+                else:
+                    tags_code = store.compute_tags_code(topic, props)
+                m.tags_code = tags_code
+                tail = topic_part + i16(len(pb)) + pb
+                size = layout.body_pos + body_len + len(tail)
+                crc = m.body_crc if m.body_crc >= 0 else crc32(body) & 0x7FFFFFFF
+                add_item((m, size, layout, sys_flag, tail, crc, born_ip, store_ip, tags_code, props))
+                total += size
+            if bad is None and total > max_total:
+                bad = PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     None,
-                    f"message body size {body_total} exceeds maxMessageSize {max_body}",
+                    f"message(s) of {total} bytes do not fit in a commit log file of {self.mapped_file_size} bytes",
                 )
-            props = m.properties
-            ps = m.properties_string
-            if not ps:
-                if props:
-                    ps = m.properties_string = encode_properties(props)
-                pb = ps.encode("utf-8") if ps else b""
+            if bad is not None:
+                results[ui] = bad
             else:
-                pb = ps.encode("utf-8")
-                if not props:
-                    props = m.properties = decode_properties(ps)
-            if len(pb) > MAX_PROPERTIES_LENGTH:
-                return PutMessageResult(
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                    None,
-                    f"properties size {len(pb)} exceeds {MAX_PROPERTIES_LENGTH}",
-                )
-            bh = m.born_host
-            sh = m.store_host
-            if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
-                last_hosts = (bh, sh, m.sys_flag)
-                born_ip = self._host_bytes(bh)
-                store_ip = self._host_bytes(sh)
-                # The IPv6 bits always follow the actual address families.
-                sys_flag = m.sys_flag & ~_V6_BITS
-                if len(born_ip) == 16:
-                    sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
-                if len(store_ip) == 16:
-                    sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-                layout = _LAYOUTS[sys_flag >> 4 & 0x3]
-            if hook is None:
-                tags = props.get(_PROP_TAGS) if props else None
-                if tags:
-                    tags_code = tags_cache.get(tags)
-                    if tags_code is None:
-                        tags_code = store.compute_tags_code(topic, props)
-                else:
-                    tags_code = 0
-            else:
-                tags_code = store.compute_tags_code(topic, props)
-            m.tags_code = tags_code
-            tail = topic_part + i16(len(pb)) + pb
-            size = layout.body_pos + body_len + len(tail)
-            crc = m.body_crc if m.body_crc >= 0 else crc32(body) & 0x7FFFFFFF
-            add_item((m, size, layout, sys_flag, tail, crc, born_ip, store_ip, tags_code, props))
-            total += size
-        if total + END_FILE_MIN_BLANK_LENGTH > self.mapped_file_size:
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                None,
-                f"message(s) of {total} bytes do not fit in a commit log file of {self.mapped_file_size} bytes",
-            )
+                prepared.append((ui, prepared_items, total))
+        return prepared
+
+    async def _file_with_room(self, mf: MappedFile | None, total: int) -> MappedFile:
+        """The file the next run of `total` bytes goes to: the last one, or (after a blank marker) a new one."""
+        if mf is None:
+            mf = self.mapped_file_queue.get_last_mapped_file()
+            if mf is None or mf.is_full():
+                mf = await self._roll_file()
+        if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
+            # Blank marker, then the whole run goes to a new file.
+            wp = mf.wrote_position
+            _BLANK.pack_into(mf.mm, wp, mf.file_size - wp, BLANK_MAGIC_CODE)
+            mf.wrote_position = mf.file_size
+            mf = await self._roll_file()
+        return mf
+
+    async def put_many(self, units: Sequence[Sequence[MessageExtBrokerInner]]) -> list[PutMessageResult]:
+        """Append several independent puts (each one message or one batch) with one lock round and one
+        hand-off to the dispatcher: pipelined sends of a connection are stored together. Each unit gets
+        its own result (a bad unit fails alone) and never spans files.
+
+        Pass 1 (outside the lock) validates and prepares the variable parts; pass 2 (under the lock, where
+        queue offset, physical offset and store time are known) packs each record's fixed part straight
+        into the mapping and copies body and tail after it -- every byte is written exactly once."""
+        results: list[PutMessageResult | None] = [None] * len(units)
+        prepared = self._prepare(units, results)
+        if not prepared:
+            return results  # type: ignore[return-value]
 
         async with self._put_lock:
             store_ts = now_ms()
             self.begin_time_in_lock = store_ts
-            try:
-                mf = self.mapped_file_queue.get_last_mapped_file()
-                if mf is None or mf.is_full():
-                    mf = await self._roll_file()
-                if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining():
-                    # Blank marker, then the whole run goes to a new file.
-                    wp = mf.wrote_position
-                    _BLANK.pack_into(mf.mm, wp, mf.file_size - wp, BLANK_MAGIC_CODE)
-                    mf.wrote_position = mf.file_size
-                    mf = await self._roll_file()
-                    store_ts = now_ms()
-            except (OSError, ValueError) as e:
-                log.error("commitlog_create_mapped_file_failed", error=str(e))
-                self.begin_time_in_lock = 0
-                return PutMessageResult(
-                    PutMessageStatus.CREATE_MAPEDFILE_FAILED, None, f"create mapped file failed: {e}"
-                )
-
-            mm = mf.mm
-            wp = mf.wrote_position
-            file_from = mf.file_from_offset
-            wrote_offset = file_from + wp
-            table = self.topic_queue_table
-            pending: list[tuple] = []
+            pending: list[tuple[Any, ...]] = []
             add_pending = pending.append
-            phy_offsets: list[int] = []
-            add_phy = phy_offsets.append
-            cur_key = ""
-            cur_topic: str | None = None
-            cur_qid = -1
-            q = 0
-            p = wp
-            for m, size, layout, sys_flag, tail, crc, b_ip, s_ip, tags_code, props in prepared_items:
-                qid = m.queue_id
-                if qid != cur_qid or m.topic != cur_topic:
-                    if cur_topic is not None:
-                        table[cur_key] = q
-                    cur_topic = m.topic
-                    cur_qid = qid
-                    cur_key = f"{cur_topic}-{qid}"
-                    q = table.get(cur_key, 0)
-                if sys_flag & _TRAN_PREPARED:
-                    qo = 0  # prepared / rollback: not consumable, no queue slot
-                else:
-                    qo = q
-                    q += 1
-                phy = file_from + p
-                body = m.body
-                bp = p + layout.body_pos
-                bl = len(body)
-                layout.header.pack_into(
-                    mm,
-                    p,
-                    size,
-                    MAGIC_CODE,
-                    crc,
-                    qid,
-                    m.flag,
-                    qo,
-                    phy,
-                    sys_flag,
-                    m.born_timestamp,
-                    b_ip,
-                    m.born_host[1],
-                    store_ts,
-                    s_ip,
-                    m.store_host[1],
-                    m.reconsume_times,
-                    m.prepared_transaction_offset,
-                    bl,
-                )
-                mm[bp : bp + bl] = body
-                mm[bp + bl : p + size] = tail
-                m.store_timestamp = store_ts
-                if props:
-                    add_pending(
-                        (
-                            phy,
-                            size,
-                            cur_topic,
-                            qid,
-                            qo,
-                            tags_code,
-                            store_ts,
-                            props.get(_PROP_KEYS),
-                            props.get(_PROP_UNIQ),
-                            sys_flag,
-                            props,
+            table = self.topic_queue_table
+            committed = 0  # records of fully written units: only those go to the dispatcher
+            mf: MappedFile | None = None
+            try:
+                for i, items, total in prepared:
+                    try:
+                        # Await (a coroutine per unit) only when the current file cannot take the unit.
+                        if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                            nf = await self._file_with_room(mf, total)
+                        else:
+                            nf = mf
+                    except (OSError, ValueError) as e:
+                        log.error("commitlog_create_mapped_file_failed", error=str(e))
+                        results[i] = PutMessageResult(
+                            PutMessageStatus.CREATE_MAPEDFILE_FAILED, None, f"create mapped file failed: {e}"
                         )
+                        continue
+                    if nf is not mf:
+                        if mf is not None:
+                            store_ts = now_ms()  # a roll awaited
+                        mf = nf
+                    mm = mf.mm
+                    wp = mf.wrote_position
+                    file_from = mf.file_from_offset
+                    wrote_offset = file_from + wp
+                    first_pending = len(pending)
+                    phy_offsets: list[int] = []
+                    add_phy = phy_offsets.append
+                    cur_key = ""
+                    cur_topic: str | None = None
+                    cur_qid = -1
+                    q = 0
+                    p = wp
+                    for m, size, layout, sys_flag, tail, crc, b_ip, s_ip, tags_code, props in items:
+                        qid = m.queue_id
+                        if qid != cur_qid or m.topic != cur_topic:
+                            if cur_topic is not None:
+                                table[cur_key] = q
+                            cur_topic = m.topic
+                            cur_qid = qid
+                            cur_key = f"{cur_topic}-{qid}"
+                            q = table.get(cur_key, 0)
+                        if sys_flag & _TRAN_PREPARED:
+                            qo = 0  # prepared / rollback: not consumable, no queue slot
+                        else:
+                            qo = q
+                            q += 1
+                        phy = file_from + p
+                        body = m.body
+                        bp = p + layout.body_pos
+                        bl = len(body)
+                        layout.header.pack_into(
+                            mm,
+                            p,
+                            size,
+                            MAGIC_CODE,
+                            crc,
+                            qid,
+                            m.flag,
+                            qo,
+                            phy,
+                            sys_flag,
+                            m.born_timestamp,
+                            b_ip,
+                            m.born_host[1],
+                            store_ts,
+                            s_ip,
+                            m.store_host[1],
+                            m.reconsume_times,
+                            m.prepared_transaction_offset,
+                            bl,
+                        )
+                        mm[bp : bp + bl] = body
+                        mm[bp + bl : p + size] = tail
+                        m.store_timestamp = store_ts
+                        if props:
+                            add_pending(
+                                (
+                                    phy,
+                                    size,
+                                    cur_topic,
+                                    qid,
+                                    qo,
+                                    tags_code,
+                                    store_ts,
+                                    props.get(_PROP_KEYS),
+                                    props.get(_PROP_UNIQ),
+                                    sys_flag,
+                                    props,
+                                )
+                            )
+                        else:
+                            add_pending(
+                                (phy, size, cur_topic, qid, qo, tags_code, store_ts, None, None, sys_flag, props)
+                            )
+                        add_phy(phy)
+                        p += size
+                    table[cur_key] = q
+                    # Publish: readers and the dispatcher only look below wrote_position.
+                    mf.wrote_position = p
+                    mf.store_timestamp = store_ts
+                    committed = len(pending)
+                    first = items[0]
+                    results[i] = PutMessageResult(
+                        PutMessageStatus.PUT_OK,
+                        AppendMessageResult(
+                            AppendMessageStatus.PUT_OK,
+                            wrote_offset,
+                            total,
+                            None,
+                            store_ts,
+                            pending[first_pending][4],
+                            len(items),
+                            phy_offsets=phy_offsets,
+                            store_host_bytes=self._store_host_bytes(first[7], first[0].store_host[1]),
+                        ),
                     )
-                else:
-                    add_pending(
-                        (phy, size, cur_topic, qid, qo, tags_code, store_ts, None, None, sys_flag, props)
+            finally:
+                self.begin_time_in_lock = 0
+                if committed:
+                    self.store.reput_message_service.enqueue(
+                        pending if committed == len(pending) else pending[:committed]
                     )
-                add_phy(phy)
-                p += size
-            table[cur_key] = q
-            # Publish: readers and the dispatcher only look below wrote_position.
-            mf.wrote_position = p
-            mf.store_timestamp = store_ts
-            self.begin_time_in_lock = 0
-            self.store.reput_message_service.enqueue(pending)
-
-        result = AppendMessageResult(
-            AppendMessageStatus.PUT_OK,
-            wrote_offset,
-            total,
-            None,
-            store_ts,
-            pending[0][4],
-            len(msgs),
-            phy_offsets=phy_offsets,
-            store_host_bytes=prepared_items[0][7] + _PORT.pack(msgs[0].store_host[1]),
-        )
-        return PutMessageResult(PutMessageStatus.PUT_OK, result)
+        return results  # type: ignore[return-value]
 
     def set_topic_queue_table(self, table: dict[str, int]) -> None:
         self.topic_queue_table = table

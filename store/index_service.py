@@ -45,6 +45,46 @@ def build_key(topic: str, key: str) -> str:
     return f"{topic}#{key}"
 
 
+# Code units 48..78 ('0'..'9', ':'..'@', 'A'..'N': every hex digit) as base-31 digits c - 48; anything
+# else becomes 'v', which int(..., 31) refuses.
+_B31_FROM_48 = bytes(
+    b"0123456789abcdefghijklmnopqrstu"[c - 48] if 48 <= c < 79 else ord("v") for c in range(256)
+)
+_MASK32 = 0xFFFFFFFF
+_CACHE_LIMIT = 4096
+
+
+class TopicKeyHasher:
+    """java_hash_unsigned(f"{topic}#{key}") for the dispatcher's per-record UNIQ_KEY index entry, without
+    building the string: hash("topic#") is cached per topic, and a key of code units 48..78 (a hex
+    UNIQ_KEY always is) hashes with one translate and one int() parse, since each unit is 48 + a base-31
+    digit: hash(key) = int(digits, 31) + 48 * (31^(n-1) + ... + 1). Anything else takes the plain way."""
+
+    __slots__ = ("_prefix", "_scale")
+
+    def __init__(self) -> None:
+        self._prefix: dict[str, int] = {}
+        self._scale: dict[int, tuple[int, int]] = {}  # len -> (31^n, 48 * sum(31^i, i < n)) mod 2^32
+
+    def hash_unsigned(self, topic: str, key: str) -> int:
+        hp = self._prefix.get(topic)
+        if hp is None:
+            if len(self._prefix) > _CACHE_LIMIT:
+                self._prefix.clear()
+            hp = self._prefix[topic] = java_hash_unsigned(topic + "#")
+        n = len(key)
+        sc = self._scale.get(n)
+        if sc is None:
+            if n == 0 or n > 64:
+                return java_hash_unsigned(f"{topic}#{key}")
+            sc = self._scale[n] = (pow(31, n, 1 << 32), 48 * sum(31**i for i in range(n)) & _MASK32)
+        try:
+            hk = int(key.encode("ascii").translate(_B31_FROM_48), 31)
+        except (UnicodeEncodeError, ValueError):
+            return java_hash_unsigned(f"{topic}#{key}")
+        return (hp * sc[0] + hk + sc[1]) & _MASK32
+
+
 class IndexFile:
     def __init__(self, file_name: str, hash_slot_num: int, index_num: int, fd: int, mm: mmap.mmap) -> None:
         self.file_name = file_name
@@ -316,6 +356,7 @@ class IndexService:
         self.index_num = index_num
         self.max_msgs_num_batch = max_msgs_num_batch
         self.index_file_list: list[IndexFile] = []
+        self.key_hasher = TopicKeyHasher()
 
     # ------------------------------------------------------------------------------ load / recover
 

@@ -9,8 +9,12 @@ handed to them by the loop.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import fcntl
+import itertools
+import operator
 import os
+import struct
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,6 +57,17 @@ TagsCodeHook = Callable[[str, "dict[str, str]"], "int | None"]
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 _MIN_LONG = -(1 << 63)
+_CQ_UNITS_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _cq_units_struct(n: int) -> struct.Struct:
+    """A Struct unpacking `n` consume queue units at once (offset, size, tags code, repeated)."""
+    st = _CQ_UNITS_STRUCTS.get(n)
+    if st is None:
+        if len(_CQ_UNITS_STRUCTS) >= 4096:
+            _CQ_UNITS_STRUCTS.clear()
+        st = _CQ_UNITS_STRUCTS[n] = struct.Struct(">" + "qiq" * n)
+    return st
 
 
 class StoreNotAvailableError(RuntimeError):
@@ -430,28 +445,50 @@ class DefaultMessageStore:
 
     async def put_messages(self, msgs: Sequence[MessageExtBrokerInner]) -> PutMessageResult:
         """Append one or more messages with one lock round and (SYNC_FLUSH) one flush wait."""
+        return (await self.put_many((msgs,)))[0]
+
+    async def put_many(self, units: Sequence[Sequence[MessageExtBrokerInner]]) -> list[PutMessageResult]:
+        """Store several independent puts (each one message or one batch, e.g. the pipelined sends of one
+        connection) with one lock round, one dispatcher hand-off and (SYNC_FLUSH) one flush wait.
+        Returns one result per unit, as put_messages would have."""
         bad = self._check_store_status()
         if bad is not None:
-            return bad
+            return [bad] + [
+                PutMessageResult(bad.status, None, bad.remark) for _ in range(len(units) - 1)
+            ]
         t0 = time.monotonic()
-        result = await self.commit_log.put_messages(msgs)
+        results = await self.commit_log.put_many(units)
         stats = self.store_stats_service
-        ar = result.append_result
-        if ar is None or not ar.is_ok:
-            stats.put_message_failed_times += 1
-            return result
-        stats.put_message_times_total += ar.msg_num
-        stats.put_message_size_total += ar.wrote_bytes
         cfg = self.message_store_config
-        if cfg.is_sync_flush():
+        sync = cfg.is_sync_flush()
+        wait_to = -1  # end offset the SYNC_FLUSH waiters need on disk
+        waiters: list[PutMessageResult] = []
+        for msgs, result in zip(units, results, strict=True):
+            ar = result.append_result
+            if ar is None or not ar.is_ok:
+                stats.put_message_failed_times += 1
+                continue
+            stats.put_message_times_total += ar.msg_num
+            stats.put_message_size_total += ar.wrote_bytes
+            if sync and msgs[0].is_wait_store_msg_ok():
+                waiters.append(result)
+                end = ar.wrote_offset + ar.wrote_bytes
+                if end > wait_to:
+                    wait_to = end
+        if sync:
             svc = self.flush_commit_log_service
             assert isinstance(svc, GroupCommitService)
-            if msgs[0].is_wait_store_msg_ok():
-                if not await svc.wait_for_flush(ar.wrote_offset + ar.wrote_bytes):
-                    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                    result.remark = (
-                        f"flush to disk took longer than syncFlushTimeout={cfg.syncFlushTimeout}ms"
-                    )
+            if waiters:
+                if not await svc.wait_for_flush(wait_to):
+                    flushed = self.commit_log.flushed_where
+                    for result in waiters:
+                        ar = result.append_result
+                        assert ar is not None
+                        if flushed < ar.wrote_offset + ar.wrote_bytes:
+                            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                            result.remark = (
+                                f"flush to disk took longer than syncFlushTimeout={cfg.syncFlushTimeout}ms"
+                            )
             else:
                 svc.wakeup()
         elif not cfg.flushCommitLogTimed:
@@ -459,7 +496,7 @@ class DefaultMessageStore:
         elapsed = int((time.monotonic() - t0) * 1000)
         if elapsed > stats.put_message_entire_time_max:
             stats.put_message_entire_time_max = elapsed
-        return result
+        return results
 
     # ================================================================================ consume queues
 
@@ -711,6 +748,13 @@ class DefaultMessageStore:
             cl_filter = None  # a filter that says it matches every record: no per-record decoding
         buffers = result.message_buffers
         offsets = result.message_queue_offsets
+        if cl_filter is None:
+            fast = self._fill_get_result_run(
+                result, units, n_bytes // CQ_STORE_UNIT_SIZE, start_offset, max(1, min(max_msg_nums, mem_count)),
+                mem_bytes, cq_filter, max_offset_py - hot,
+            )
+            if fast is not None:
+                return fast
         total = 0
         count = 0
         consumed = 0
@@ -774,6 +818,50 @@ class DefaultMessageStore:
         result.message_count = count
         result.buffer_total_size = total
         return status, consumed, max_phy_pulling
+
+    def _fill_get_result_run(
+        self,
+        result: GetMessageResult,
+        units: memoryview,
+        n_units: int,
+        start_offset: int,
+        max_count: int,
+        max_bytes: int,
+        cq_filter: Callable[[int], bool] | None,
+        hot_from_py: int,
+    ) -> tuple[GetMessageStatus, int, int] | None:
+        """_fill_get_result's common case without a Python step per record: every unit in reach
+        matches the tag filter, the records are in memory (hot) and in one mapped file. Same result
+        as the loop (what it takes, `consumed`, max_phy_pulling); None when the case does not apply."""
+        n = min(n_units, max_count + 1)  # +1: the loop also reads the unit it stops at
+        if n <= 0:
+            return None
+        vals = _cq_units_struct(n).unpack_from(units, 0)
+        phys = vals[0::3]
+        sizes = vals[1::3]
+        if min(sizes) <= 0:
+            return None  # a bad unit: the loop handles it
+        k = min(n, max_count)
+        if cq_filter is not None and not all(map(cq_filter, vals[2 : 3 * k : 3])):
+            return None
+        sums = list(itertools.accumulate(sizes[:k]))
+        k = max(1, bisect.bisect_right(sums, max_bytes))  # the first record is taken whatever its size
+        mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(phys[0])
+        if mf is None or mf.is_closed:
+            return None
+        base = mf.file_from_offset
+        taken = phys[:k]
+        lowest = min(taken)  # checked over every record: no order assumed
+        if lowest < hot_from_py:
+            return None  # on disk: other transfer caps, the loop handles it
+        if lowest < base or max(map(operator.add, taken, sizes)) - base > mf.wrote_position:
+            return None  # not all in this file's written part
+        mv = mf.mv
+        result.message_buffers.extend([mv[p - base : p - base + z] for p, z in zip(phys[:k], sizes, strict=False)])
+        result.message_queue_offsets.extend(range(start_offset, start_offset + k))
+        result.message_count = k
+        result.buffer_total_size = sums[k - 1]
+        return GetMessageStatus.FOUND, k, phys[k] if k < n else phys[n - 1]
 
     # ================================================================================ lookups
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned
+from remoting.message import MessageConst, MessageSysFlag
 
 from .consume_queue import CQ_UNIT as _CQ_UNIT
 
@@ -166,6 +166,7 @@ class ReputMessageService:
         executor = store.alloc_executor
         pending = self._pending
         idx = store.index_service
+        key_hash = idx.key_hasher.hash_unsigned if idx is not None else None
         listeners = store.arrival_listeners if notify else ()
         max_off = cl.get_max_offset()
         done = 0
@@ -226,7 +227,7 @@ class ReputMessageService:
                     f = idx_files[-1]
                     if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
                         # Fast path for the common record (UNIQ_KEY only, not a replay).
-                        h = java_hash_unsigned(f"{topic}#{uniq}")
+                        h = key_hash(topic, uniq)
                         if h & 0x80000000:
                             h = 0 if h == 0x80000000 else 0x100000000 - h
                         f.put_key_hash(h, phy, store_ts)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import struct
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -37,6 +39,14 @@ class GetMessageStatus(StrEnum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+_U64 = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=64)
+def _ids_struct(host_len: int, n: int) -> struct.Struct:
+    return struct.Struct(">" + f"{host_len}sq" * n)
 
 
 class AppendMessageResult:
@@ -86,7 +96,15 @@ class AppendMessageResult:
         if self._msg_id is None:
             offsets = self.phy_offsets if self.phy_offsets is not None else [self.wrote_offset]
             hb = self._store_host_bytes
-            self._msg_id = ",".join((hb + o.to_bytes(8, "big", signed=True)).hex().upper() for o in offsets)
+            if len(offsets) == 1:
+                self._msg_id = f"{hb.hex().upper()}{offsets[0] & _U64:016X}"
+            else:
+                # A batch: pack every (host, offset) record in one struct call and hex it with a comma
+                # between records -- no per-message formatting.
+                n = len(offsets)
+                fields: list[object] = [hb] * (2 * n)
+                fields[1::2] = offsets
+                self._msg_id = _ids_struct(len(hb), n).pack(*fields).hex(",", len(hb) + 8).upper()
         return self._msg_id
 
     @property
