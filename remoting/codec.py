@@ -30,6 +30,8 @@ _SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETM
 _json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _json_loads = json.loads
 _msgpack_packb = msgpack.Packer(use_bin_type=True).pack
+_msgpack_unpackb = msgpack.unpackb
+_language = LanguageCode.parse
 
 
 def _wire_str(v: Any) -> str:
@@ -210,18 +212,14 @@ def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
 
 def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
     try:
-        code, lang, version, opaque, flag, remark, ext = msgpack.unpackb(data, raw=False)
+        code, lang, version, opaque, flag, remark, ext = _msgpack_unpackb(data, raw=False)
         if ext is not None and not isinstance(ext, dict):
             raise ProtocolError("msgpack header extFields is not a map")
+        if code.__class__ is not int or opaque.__class__ is not int or flag.__class__ is not int:
+            code, opaque, flag = int(code), int(opaque), int(flag)
+        # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type.
         return RemotingCommand(
-            code=int(code),
-            opaque=int(opaque),
-            flag=int(flag),
-            remark=remark,
-            ext_fields=ext,
-            language=LanguageCode.parse(lang),
-            version=int(version),
-            serialize_type=SerializeType.MSGPACK,
+            code, opaque, flag, remark, ext, None, _language(lang), int(version), SerializeType.MSGPACK
         )
     except ProtocolError:
         raise
@@ -274,24 +272,55 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            src: bytes | bytearray = buf
+        else:
+            # Nothing left over: parse the read in place (no copy into the buffer).
+            src = data if type(data) is bytes else bytes(data)
         out: list[RemotingCommand] = []
         pos = 0
-        n = len(buf)
+        n = len(src)
+        if n < 4:
+            if src is not buf:
+                buf += src
+            return out
         max_frame = self._max_frame
-        while n - pos >= 4:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length > max_frame:
-                raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame} byte limit")
-            if length < 4:
-                raise ProtocolError(f"frame length {length} is too small")
-            end = pos + 4 + length
-            if end > n:
-                break
-            out.append(decode_frame(memoryview(buf)[pos + 4 : end]))
-            pos = end
-        if pos:
-            del buf[:pos]
+        unpack = _LEN.unpack_from
+        mv = memoryview(src)
+        try:
+            while n - pos >= 4:
+                (length,) = unpack(src, pos)
+                if length > max_frame:
+                    raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame} byte limit")
+                if length < 4:
+                    raise ProtocolError(f"frame length {length} is too small")
+                end = pos + 4 + length
+                if end > n:
+                    break
+                # decode_frame, inlined: one frame per request on every connection.
+                (word,) = unpack(src, pos + 4)
+                hlen = word & 0xFFFFFF
+                hstart = pos + 8
+                hend = hstart + hlen
+                if hend > end:
+                    raise ProtocolError(f"header length {hlen} exceeds frame length {length - 4}")
+                decoder = _HEADER_DECODERS.get(word >> 24)
+                if decoder is None:
+                    raise ProtocolError(f"unknown serialize type {word >> 24}")
+                cmd = decoder(mv[hstart:hend])
+                if end > hend:
+                    cmd.body = src[hend:end] if src is data else bytes(mv[hend:end])
+                cmd.frame_size = length + 4
+                out.append(cmd)
+                pos = end
+        finally:
+            mv.release()  # a bytearray cannot be resized while a view of it exists
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < n:
+            buf += src[pos:] if pos else src
         return out
 
     def at_eof(self) -> None:

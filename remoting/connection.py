@@ -15,7 +15,7 @@ import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -34,6 +34,16 @@ log = structlog.get_logger(__name__)
 
 ProcessorResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 Processor = Callable[["RequestContext", RemotingCommand], ProcessorResult]
+GroupProcessor = Callable[
+    ["RequestContext", list[RemotingCommand]],
+    list[RemotingCommand | None] | Awaitable[list[RemotingCommand | None]],
+]
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Most requests of one read handed to a group function at once. Measured (pipelined 1 KiB sends): most
+# of the gain is there by ~8; past ~16 the run's working set (several KB of objects per request) costs
+# more in cache misses than the shared per-run work saves.
+MAX_GROUP_SIZE = 16
 
 # Java's NettyRemotingAbstract wording, which clients may log or match on.
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
@@ -92,6 +102,8 @@ class RequestDispatcher:
 
     def __init__(self) -> None:
         self._table: dict[int, tuple[Processor, ProcessorGroup]] = {}
+        # Processors that can also take a run of pipelined requests at once (see `groupable`).
+        self._group_fns: dict[int, GroupProcessor] = {}
         self._default: tuple[Processor, ProcessorGroup] | None = None
         self._groups: dict[str, ProcessorGroup] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -110,8 +122,13 @@ class RequestDispatcher:
 
     def register(self, codes: int | Iterable[int], processor: Processor, *, group: str = "default") -> None:
         g = self._groups[group]
+        group_fn = _group_fn_of(processor)
         for code in [codes] if isinstance(codes, int) else codes:
             self._table[int(code)] = (processor, g)
+            if group_fn is not None:
+                self._group_fns[int(code)] = group_fn
+            else:
+                self._group_fns.pop(int(code), None)
 
     def register_default(self, processor: Processor, *, group: str = "default") -> None:
         self._default = (processor, self._groups[group])
@@ -136,6 +153,86 @@ class RequestDispatcher:
         else:
             g.rejected += 1
             ctx.send_response(cmd, RemotingCommand(code=ResponseCode.SYSTEM_BUSY, remark=OVERLOAD_REMARK))
+
+    def dispatch_many(self, conn: RemotingConnection, cmds: list[RemotingCommand], now: float) -> None:
+        """Dispatch the requests one read brought, in order. A run of consecutive requests whose processor
+        is `groupable` goes to its group function in one call (one store round, one write of the answers)
+        when its group has a free slot; everything else is dispatched one by one."""
+        table = self._table
+        group_fns = self._group_fns
+        i = 0
+        n = len(cmds)
+        while i < n:
+            cmd = cmds[i]
+            group_fn = group_fns.get(cmd.code)
+            if group_fn is None:
+                self.dispatch(conn, cmd, now)
+                i += 1
+                continue
+            g = table[cmd.code][1]
+            j = i + 1
+            limit = min(n, i + MAX_GROUP_SIZE)
+            while j < limit and group_fns.get(cmds[j].code) is group_fn:
+                j += 1
+            if j - i == 1 or g.inflight >= g.concurrency:
+                for k in range(i, j):
+                    self.dispatch(conn, cmds[k], now)
+            else:
+                self._start_group(RequestContext(conn, now), cmds[i:j], group_fn, g)
+            i = j
+
+    def _start_group(
+        self, ctx: RequestContext, cmds: list[RemotingCommand], group_fn: GroupProcessor, g: ProcessorGroup
+    ) -> None:
+        # The run is one job: it takes one slot of the group's concurrency, as one worker would.
+        g.inflight += 1
+        ctx.started_at = time.monotonic()
+        try:
+            result = group_fn(ctx, cmds)
+            if type(result) is types.CoroutineType:
+                # As in _start: most groups complete without suspending and need no Task.
+                try:
+                    first = result.send(None)
+                except StopIteration as stop:
+                    result = stop.value
+                else:
+                    task = asyncio.ensure_future(self._run_group(ctx, cmds, _resume(result, first), g))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                    return
+        except Exception as e:  # a processor bug must not take the connection down
+            for cmd in cmds:
+                self._failed(ctx, cmd, e)
+            self._release(g)
+            return
+        self._finish_group(ctx, cmds, result, g)  # type: ignore[arg-type]
+
+    async def _run_group(
+        self,
+        ctx: RequestContext,
+        cmds: list[RemotingCommand],
+        aw: Awaitable[list[RemotingCommand | None]],
+        g: ProcessorGroup,
+    ) -> None:
+        try:
+            results = await aw
+        except asyncio.CancelledError:
+            self._release(g)
+            raise
+        except Exception as e:
+            for cmd in cmds:
+                self._failed(ctx, cmd, e)
+            self._release(g)
+            return
+        self._finish_group(ctx, cmds, results, g)
+
+    def _finish_group(
+        self, ctx: RequestContext, cmds: list[RemotingCommand], results: list[RemotingCommand | None], g: ProcessorGroup
+    ) -> None:
+        try:
+            ctx.conn.send_responses(cmds, results)
+        finally:
+            self._release(g)
 
     def _start(self, ctx: RequestContext, cmd: RemotingCommand, processor: Processor, g: ProcessorGroup) -> None:
         g.inflight += 1
@@ -229,6 +326,27 @@ def inline_first_step(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def groupable(group_method: str) -> Callable[[F], F]:
+    """Mark a processor method whose owner can also process a run of pipelined requests at once:
+    `owner.<group_method>(ctx, cmds)` returns (or, as a coroutine, resolves to) one answer (or None) per
+    request, in order. Its first step runs inline like `inline_first_step`."""
+
+    def mark(fn: F) -> F:
+        fn.group_method = group_method  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def _group_fn_of(processor: Processor) -> GroupProcessor | None:
+    name = getattr(processor, "group_method", None)
+    owner = getattr(processor, "__self__", None)
+    if name is None or owner is None:
+        return None
+    fn: GroupProcessor | None = getattr(owner, name, None)
+    return fn
+
+
 @types.coroutine
 def _resume(coro: Any, first: Any) -> Any:
     """Continue a coroutine whose first step already ran and yielded `first` (what it awaits), so a
@@ -314,6 +432,7 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("bad_frame_closing_connection", peer=self.remote_addr, role=self._role, reason=str(e))
             self.abort()
             return
+        requests: list[RemotingCommand] = []
         for cmd in cmds:
             if cmd.flag & RemotingFlag.RPC_TYPE:
                 p = self._pending.pop(cmd.opaque, None)
@@ -324,10 +443,18 @@ class RemotingConnection(asyncio.Protocol):
                     p.timer.cancel()
                 if not p.future.done():
                     p.future.set_result(cmd)
-            elif self._dispatcher is not None:
-                self._dispatcher.dispatch(self, cmd, now)
             else:
+                requests.append(cmd)
+        if not requests:
+            return
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            for cmd in requests:
                 log.debug("request_ignored_no_dispatcher", peer=self.remote_addr, code=cmd.code)
+        elif len(requests) == 1:
+            dispatcher.dispatch(self, requests[0], now)
+        else:
+            dispatcher.dispatch_many(self, requests, now)
 
     def eof_received(self) -> bool | None:
         try:
@@ -383,6 +510,29 @@ class RemotingConnection(asyncio.Protocol):
         if body is not None:
             out.append(body)
         if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def send_responses(self, requests: list[RemotingCommand], responses: list[RemotingCommand | None]) -> None:
+        """Answer a run of requests (None: no answer now), as RequestContext.send_response would each, with
+        the connection checked once and every frame in one coalesced write."""
+        t = self.transport
+        if t is None or self.closed or t.is_closing():
+            return
+        out = self._out
+        add = out.append
+        rpc = RemotingFlag.RPC_TYPE
+        for request, response in zip(requests, responses, strict=True):
+            if response is None or request.flag & RemotingFlag.RPC_ONEWAY:
+                continue
+            response.opaque = request.opaque
+            response.flag |= rpc
+            response.serialize_type = request.serialize_type
+            head, body = encode_parts(response)
+            add(head)
+            if body is not None:
+                add(body)
+        if out and not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 

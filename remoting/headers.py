@@ -186,27 +186,53 @@ SEND_V2_SHORT_NAMES = {
 _V1_TO_V2 = {v: k for k, v in SEND_V2_SHORT_NAMES.items()}
 
 
-def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeader:
-    ext = ext or {}
-    # Hot path (every single send): read the short names straight from ext, no renamed copy.
-    kwargs: dict[str, Any] = {}
-    try:
-        for attr, short, wname, coerce in _V2_FAST:
-            v = ext.get(short)
-            if v is None:
-                v = ext.get(wname)  # a long name in a V2 header is accepted too
-                if v is None:
-                    continue
-            kwargs[attr] = coerce(v)
-        return SendMessageRequestHeader(**kwargs)
-    except (TypeError, ValueError):
-        pass  # a missing or bad field: let the general decoder name it
+def _decode_send_header_v2_slow(ext: dict[str, Any]) -> SendMessageRequestHeader:
+    # A missing or bad field: the general decoder names it (HeaderError).
     return SendMessageRequestHeader.decode({SEND_V2_SHORT_NAMES.get(k, k): v for k, v in ext.items()})
 
 
-_V2_FAST = tuple(
-    (attr, _V1_TO_V2[wname], wname, coerce) for attr, wname, coerce, _req in SendMessageRequestHeader._specs
-)
+def _compile_send_header_v2() -> Callable[[dict[str, Any]], SendMessageRequestHeader]:
+    """Straight-line SEND_MESSAGE_V2 decoder (every single send runs it): short name first, then the
+    long name (accepted in a V2 header too), positional construction, no kwargs dict."""
+    ns: dict[str, Any] = {
+        "_Fallback": _Fallback, "_slow": _decode_send_header_v2_slow, "_H": SendMessageRequestHeader,
+        "_to_int": _to_int, "_to_bool": _to_bool, "_to_str": _to_str,
+        # The spellings clients send, looked up instead of normalised ("1"/"0": the C++ core).
+        "_BOOLS": {"true": True, "false": False, "1": True, "0": False},
+    }
+    fields = dataclasses.fields(SendMessageRequestHeader)
+    lines = ["def decode_v2(ext):", "    get = ext.get", "    try:"]
+    for i, (f, (_attr, wname, coerce, required)) in enumerate(
+        zip(fields, SendMessageRequestHeader._specs, strict=True)  # type: ignore[attr-defined]
+    ):
+        conv = {
+            _to_int: "(int(v) if v.__class__ is str else _to_int(v))",
+            _to_bool: "(_BOOLS[v] if v.__class__ is str and v in _BOOLS else _to_bool(v))",
+            _to_str: "(v if v.__class__ is str else _to_str(v))",
+        }[coerce]
+        lines.append(f"        v = get({_V1_TO_V2[wname]!r})")
+        lines.append("        if v is None:")
+        lines.append(f"            v = get({wname!r})")
+        if required:
+            lines.append("            if v is None:")
+            lines.append("                raise _Fallback")
+            lines.append(f"        a{i} = {conv}")
+        else:
+            ns[f"_d{i}"] = f.default
+            lines.append(f"        a{i} = _d{i} if v is None else {conv}")
+    lines.append(f"        return _H({', '.join(f'a{i}' for i in range(len(fields)))})")
+    lines.append("    except (_Fallback, TypeError, ValueError):")
+    lines.append("        return _slow(ext)")
+    exec("\n".join(lines), ns)
+    fn: Callable[[dict[str, Any]], SendMessageRequestHeader] = ns["decode_v2"]
+    return fn
+
+
+_decode_send_header_v2 = _compile_send_header_v2()
+
+
+def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeader:
+    return _decode_send_header_v2(ext or {})
 
 
 def encode_send_header_v2(h: SendMessageRequestHeader) -> dict[str, str]:

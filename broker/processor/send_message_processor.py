@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import random
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,9 @@ from broker.mix_all import TopicSysFlag
 from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
 from broker.topic import topic_validator as tv
 from remoting.body import TopicConfig
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.connection import RequestContext, inline_first_step
+from remoting.connection import RequestContext, groupable, inline_first_step
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -39,6 +39,8 @@ from remoting.headers import (
 )
 from remoting.message import (
     MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     MessageConst,
     MessageSysFlag,
     PermName,
@@ -114,12 +116,14 @@ class SendMessageProcessor:
         # lookup per send, and the page-cache-busy probe resolved once.
         self._store_cfg = controller.broker_config.store_config
         self._page_cache_busy: Callable[[], bool] | None = None
+        self._born_hosts: dict[str, tuple[str, int]] = {}
 
     def add_message_transformer(self, fn: MessageTransformer) -> None:
         self.message_transformers.append(fn)
 
     # ------------------------------------------------------------------ entry point
 
+    @groupable("process_requests")  # pipelined sends of one read are stored together
     @inline_first_step  # a send to an ASYNC_FLUSH store completes without suspending: no Task needed
     async def process_request(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
@@ -140,6 +144,91 @@ class SendMessageProcessor:
             return await self.send_message(ctx, cmd, header)
         except BadRequest as e:
             return e.response
+
+    async def process_requests(self, ctx: RequestContext, cmds: list[RemotingCommand]) -> list[RemotingCommand | None]:
+        """A run of pipelined requests from one connection (the dispatcher's group entry): each is checked
+        and built as process_request would, then all the sends are stored with one put_many (one lock
+        round, one dispatcher hand-off, one flush wait), in arrival order. One answer per request."""
+        out: list[RemotingCommand | None] = [None] * len(cmds)
+        store = self.c.message_store
+        put_many = getattr(store, "put_many", None)
+        if put_many is None or self.put_message != store.put_message:
+            # A feature wraps single puts (or the store cannot group): keep them one by one.
+            for i, cmd in enumerate(cmds):
+                out[i] = await self.process_request(ctx, cmd)
+            return out
+        busy = self._flow_control(ctx)
+        units: list[Sequence[MessageExtBrokerInner]] = []
+        slots: list[tuple[int, int, int, int]] = []  # (request index, queue id, body bytes, batch size)
+        checked: dict[str, TopicConfig] = {}  # topics that passed msg_check in this run
+        for i, cmd in enumerate(cmds):
+            code = cmd.code
+            try:
+                if code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                    if units:  # keep arrival order: what came before is stored first
+                        await self._put_units(put_many, units, slots, out)
+                        units, slots = [], []
+                    out[i] = await self.consumer_send_msg_back(ctx, cmd)
+                    checked.clear()
+                    continue
+                if busy is not None:
+                    out[i] = reply(busy.code, busy.remark)
+                    continue
+                if code == RequestCode.SEND_MESSAGE:
+                    header = decode_header(SendMessageRequestHeader, cmd)
+                else:
+                    try:
+                        header = decode_send_header_v2(cmd.ext_fields)
+                    except ValueError as e:
+                        out[i] = reply(ResponseCode.INVALID_PARAMETER, str(e))
+                        continue
+                tc = checked.get(header.topic)
+                if tc is None:
+                    tc = self.msg_check(ctx, cmd, header)
+                    checked[header.topic] = tc
+                else:
+                    self._msg_check_per_request(cmd, header, tc)
+                if code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+                    batch = self._build_batch(ctx, cmd, header, tc)
+                    if type(batch) is RemotingCommand:
+                        out[i] = batch
+                        continue
+                    msgs, queue_id, total_body = batch  # type: ignore[misc]
+                    units.append(msgs)
+                    slots.append((i, queue_id, total_body, len(msgs)))
+                    continue
+                built = self._build_message(ctx, cmd, header, tc)
+                if type(built) is RemotingCommand:
+                    out[i] = built
+                    continue
+                msg, queue_id = built  # type: ignore[misc]
+                stop = self._transform(msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id))
+                if stop is not None:
+                    if type(stop) is not RemotingCommand:
+                        stop = await stop  # type: ignore[misc]
+                        checked.clear()  # configs may have changed while we waited
+                    if stop is not None:
+                        out[i] = stop  # type: ignore[assignment]
+                        continue
+                units.append((msg,))
+                slots.append((i, queue_id, len(msg.body), 0))
+            except BadRequest as e:
+                out[i] = e.response
+        if units:
+            await self._put_units(put_many, units, slots, out)
+        return out
+
+    async def _put_units(
+        self,
+        put_many: Callable[[list[Sequence[MessageExtBrokerInner]]], Awaitable[list[PutMessageResult]]],
+        units: list[Sequence[MessageExtBrokerInner]],
+        slots: list[tuple[int, int, int, int]],
+        out: list[RemotingCommand | None],
+    ) -> None:
+        results = await put_many(units)
+        handle = self.handle_put_message_result
+        for (i, queue_id, body_size, batch), msgs, result in zip(slots, units, results, strict=True):
+            out[i] = handle(result, msgs[0], queue_id, body_size, batch)
 
     def _flow_control(self, ctx: RequestContext) -> RemotingCommand | None:
         bc = self.c.broker_config
@@ -182,18 +271,7 @@ class SendMessageProcessor:
             raise BadRequest(reply(ResponseCode.INVALID_PARAMETER, bad))
         if tv.is_not_allowed_send_topic(topic):
             raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."))
-        body_len = len(cmd.body) if cmd.body is not None else 0
-        max_size = self._store_cfg.maxMessageSize
-        if body_len > max_size:
-            raise BadRequest(reply(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {body_len} bytes exceeds the broker's maxMessageSize {max_size} bytes",
-            ))
-        if header.properties is not None and len(header.properties.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
-            raise BadRequest(reply(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message properties are {len(header.properties)} characters long; the limit is 32767 bytes",
-            ))
+        self._check_sizes(cmd, header)
 
         tc = tcm.select_topic_config(topic)
         if tc is None:
@@ -217,14 +295,38 @@ class SendMessageProcessor:
                 raise BadRequest(reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"))
         if not PermName.is_writeable(tc.perm):
             raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"))
+        self._check_queue_id(header, tc)
+        return tc
+
+    def _msg_check_per_request(self, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig) -> None:
+        """msg_check for a send whose topic already passed it in the same run: only what differs per request."""
+        self._check_sizes(cmd, header)
+        self._check_queue_id(header, tc)
+
+    def _check_sizes(self, cmd: RemotingCommand, header: SendMessageRequestHeader) -> None:
+        body_len = len(cmd.body) if cmd.body is not None else 0
+        max_size = self._store_cfg.maxMessageSize
+        if body_len > max_size:
+            raise BadRequest(reply(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {body_len} bytes exceeds the broker's maxMessageSize {max_size} bytes",
+            ))
+        ps = header.properties
+        # A code point is at most 4 UTF-8 bytes: short strings need no encoding to be measured.
+        if ps is not None and len(ps) * 4 > MAX_PROPERTIES_LENGTH and len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
+            raise BadRequest(reply(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message properties are {len(ps)} characters long; the limit is 32767 bytes",
+            ))
+
+    def _check_queue_id(self, header: SendMessageRequestHeader, tc: TopicConfig) -> None:
         limit = max(tc.write_queue_nums, tc.read_queue_nums)
         if header.queue_id >= limit:
             raise BadRequest(reply(
                 ResponseCode.INVALID_PARAMETER,
-                f"request queueId[{header.queue_id}] is illegal, topic {topic} has {tc.write_queue_nums} write "
-                f"queues (valid queueId 0..{limit - 1}, or -1 to let the broker choose)",
+                f"request queueId[{header.queue_id}] is illegal, topic {header.topic} has {tc.write_queue_nums} "
+                f"write queues (valid queueId 0..{limit - 1}, or -1 to let the broker choose)",
             ))
-        return tc
 
     def _choose_queue(self, header: SendMessageRequestHeader, tc: TopicConfig) -> int:
         if header.queue_id >= 0:
@@ -263,17 +365,48 @@ class SendMessageProcessor:
             sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
         msg.sys_flag = sys_flag
 
+    def _born_host(self, remote_addr: str) -> tuple[str, int]:
+        """parse_host, cached per peer address (every send of a connection asks for the same one)."""
+        cache = self._born_hosts
+        h = cache.get(remote_addr)
+        if h is None:
+            if len(cache) > 4096:
+                cache.clear()
+            h = cache[remote_addr] = parse_host(remote_addr)
+        return h
+
     def _set_hosts(self, msg: MessageExtBrokerInner, ctx: RequestContext | None) -> None:
         if ctx is not None:
-            msg.born_host = parse_host(ctx.remote_addr)
+            msg.born_host = self._born_host(ctx.remote_addr)
         msg.store_host = self.c.store_host
         if _is_v6(msg.born_host[0]):
             msg.sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
         if _is_v6(msg.store_host[0]):
             msg.sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
-    async def _transform(self, msg: MessageExtBrokerInner, sctx: SendMessageContext) -> RemotingCommand | None:
-        for fn in self.message_transformers:
+    def _transform(
+        self, msg: MessageExtBrokerInner, sctx: SendMessageContext
+    ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        """Run the transformers; an async one turns the rest into an awaitable (the common, all-sync case
+        costs no coroutine)."""
+        fns = self.message_transformers
+        for k, fn in enumerate(fns):
+            r = fn(msg, sctx)
+            if r is None:
+                continue
+            if type(r) is not RemotingCommand and inspect.isawaitable(r):
+                return self._transform_rest(r, msg, sctx, k + 1)
+            return r
+        return None
+
+    async def _transform_rest(
+        self, first: Awaitable[RemotingCommand | None], msg: MessageExtBrokerInner, sctx: SendMessageContext,
+        start: int,
+    ) -> RemotingCommand | None:
+        r = await first
+        if r is not None:
+            return r
+        for fn in self.message_transformers[start:]:
             r = fn(msg, sctx)
             if inspect.isawaitable(r):
                 r = await r
@@ -283,12 +416,15 @@ class SendMessageProcessor:
 
     # ------------------------------------------------------------------ single send
 
-    async def send_message(
-        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
-        tc = self.msg_check(ctx, cmd, header)
+    def _build_message(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig
+    ) -> tuple[MessageExtBrokerInner, int] | RemotingCommand:
+        """The MessageExtBrokerInner a checked single send stores (before the transformers), and the queue
+        id its answer names; or the answer refusing it."""
         queue_id = self._choose_queue(header, tc)
-        props = decode_properties(header.properties)
+        raw = header.properties
+        props, canonical = _decode_properties(raw)
+        n_props = len(props)
         msg = MessageExtBrokerInner(topic=header.topic, queue_id=queue_id, properties=props)
         self.handle_retry_and_dlq(header, cmd, msg, tc)
         msg.body = cmd.body_bytes()
@@ -297,25 +433,40 @@ class SendMessageProcessor:
         msg.reconsume_times = header.reconsume_times or 0
         self._set_hosts(msg, ctx)
         props = msg.properties
-        props[MessageConst.PROPERTY_CLUSTER] = self.c.broker_config.brokerClusterName
+        cluster = self.c.broker_config.brokerClusterName
+        # WAIT is for the broker only: it stays in the dict (the store reads it), not in the stored bytes.
+        if canonical and raw and len(props) == n_props and _PROP_CLUSTER not in props:
+            # The dict is still what the wire string says: reuse the string instead of re-encoding.
+            msg.properties_string = _stored_properties(raw, props, _PROP_CLUSTER_ITEM + cluster)
+            props[_PROP_CLUSTER] = cluster
+        else:
+            props[_PROP_CLUSTER] = cluster
+            msg.properties_string = _encode_without_wait(props)
         msg.tags_code = tags_code_of(props.get(MessageConst.PROPERTY_TAGS))
-        # WAIT is for the broker only: keep it in the dict (the store reads it), not in the stored bytes.
-        wait = props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-        msg.properties_string = encode_properties(props)
-        if wait is not None:
-            props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = wait
         if (
-            props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
-            and self.c.broker_config.rejectTransactionMessage
+            self.c.broker_config.rejectTransactionMessage
+            and props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
         ):
             return reply(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.c.broker_config.brokerIP1}] sending transaction message is forbidden",
             )
-        sctx = SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id)
-        stop = await self._transform(msg, sctx)
+        return msg, queue_id
+
+    async def send_message(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        tc = self.msg_check(ctx, cmd, header)
+        built = self._build_message(ctx, cmd, header, tc)
+        if type(built) is RemotingCommand:
+            return built
+        msg, queue_id = built  # type: ignore[misc]
+        stop = self._transform(msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id))
         if stop is not None:
-            return stop
+            if type(stop) is not RemotingCommand:
+                stop = await stop  # type: ignore[misc]
+            if stop is not None:
+                return stop  # type: ignore[return-value]
         result = await self.put_message(msg)
         return self.handle_put_message_result(result, msg, queue_id, len(msg.body))
 
@@ -323,76 +474,103 @@ class SendMessageProcessor:
 
     def decode_batch(self, body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
         """MessageDecoder.encodeMessages records -> [(flag, body, properties)]; BadRequest when malformed."""
-        out: list[tuple[int, bytes, dict[str, str]]] = []
+        return [(flag, b, decode_properties(raw)) for flag, b, raw in self._decode_batch_raw(body)]
+
+    def _decode_batch_raw(self, body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
+        """decode_batch with each message's properties as their wire string."""
+        out: list[tuple[int, bytes, str]] = []
+        add = out.append
         pos, end = 0, len(body)
         mv = memoryview(body)
+        whole = body if type(body) is bytes else None
+        head = _BATCH_HEAD.unpack_from
+        head_size = _BATCH_HEAD.size
+        short = _SHORT.unpack_from
         while pos < end:
-            if end - pos < _BATCH_HEAD.size + 2:
+            if end - pos < head_size + 2:
                 raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
                                        f"bad batch body: truncated message header at byte {pos}"))
-            total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(mv, pos)
-            if total < _BATCH_HEAD.size + 2 or pos + total > end:
+            total, _magic, _crc, flag, body_len = head(mv, pos)
+            if total < head_size + 2 or pos + total > end:
                 raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
                                        f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
-            bpos = pos + _BATCH_HEAD.size
+            bpos = pos + head_size
             if body_len < 0 or bpos + body_len + 2 > pos + total:
                 raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
                                        f"bad batch body: message at byte {pos} has body length {body_len}"))
-            m_body = bytes(mv[bpos:bpos + body_len])
             ppos = bpos + body_len
-            (props_len,) = _SHORT.unpack_from(mv, ppos)
+            (props_len,) = short(mv, ppos)
             ppos += 2
             if props_len < 0 or ppos + props_len != pos + total:
                 raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
                                        f"bad batch body: message at byte {pos} has inconsistent sizes"))
-            props = decode_properties(mv[ppos:ppos + props_len]) if props_len else {}
-            out.append((flag, m_body, props))
+            if whole is None:
+                raw = str(mv[ppos:ppos + props_len], "utf-8", "replace") if props_len else ""
+                add((flag, bytes(mv[bpos:bpos + body_len]), raw))
+            else:  # slicing bytes copies once (a memoryview slice would be copied again)
+                raw = whole[ppos:ppos + props_len].decode("utf-8", "replace") if props_len else ""
+                add((flag, whole[bpos:bpos + body_len], raw))
             pos += total
         if not out:
             raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
         return out
 
-    async def send_batch_message(
-        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
-    ) -> RemotingCommand:
-        tc = self.msg_check(ctx, cmd, header)
+    def _build_batch(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig
+    ) -> tuple[list[MessageExtBrokerInner], int, int] | RemotingCommand:
+        """The messages a checked batch send stores, its queue id and total body bytes; or the refusal."""
         if header.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
             return reply(ResponseCode.MESSAGE_ILLEGAL, "retry topics are not supported for batch sends")
         queue_id = self._choose_queue(header, tc)
         batch_props = decode_properties(header.properties)
-        batch_props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-        batch_props[MessageConst.PROPERTY_CLUSTER] = self.c.broker_config.brokerClusterName
+        batch_props.pop(_PROP_WAIT, None)
+        batch_props[_PROP_CLUSTER] = self.c.broker_config.brokerClusterName
+        batch_str = encode_properties(batch_props)
         sys_flag = header.sys_flag
         if tc.topic_filter_type == MULTI_TAG:
             sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
-        born_host = parse_host(ctx.remote_addr)
+        born_host = self._born_host(ctx.remote_addr)
+        store_host = self.c.store_host
+        # Host-family bits, once for the whole batch (what _set_hosts does per message).
+        if _is_v6(born_host[0]):
+            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if _is_v6(store_host[0]):
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        topic = header.topic
+        born_ts = header.born_timestamp
+        reconsume = header.reconsume_times or 0
         msgs: list[MessageExtBrokerInner] = []
+        add = msgs.append
         total_body = 0
-        for flag, body, props in self.decode_batch(cmd.body_bytes()):
-            wait = props.pop(MessageConst.PROPERTY_WAIT_STORE_MSG_OK, None)
-            for k, v in batch_props.items():
-                props.setdefault(k, v)
-            ps = encode_properties(props)
-            if len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
+        for flag, body, raw in self._decode_batch_raw(cmd.body if cmd.body is not None else b""):
+            props, canonical = _decode_properties(raw)
+            ps = None
+            if canonical and props.keys().isdisjoint(batch_props):
+                # The stored string is the message's own, minus WAIT, plus the batch's (no key overlaps).
+                ps = _stored_properties(raw, props, batch_str) if raw else batch_str
+                props.update(batch_props)
+            else:
+                for k, v in batch_props.items():
+                    props.setdefault(k, v)
+                ps = _encode_without_wait(props)
+            if len(ps) * 4 > MAX_PROPERTIES_LENGTH and len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
                 return reply(ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes")
-            if wait is not None:
-                props[MessageConst.PROPERTY_WAIT_STORE_MSG_OK] = wait
-            msg = MessageExtBrokerInner(
-                topic=header.topic,
-                body=body,
-                queue_id=queue_id,
-                flag=flag,
-                properties=props,
-                properties_string=ps,
-                tags_code=tags_code_of(props.get(MessageConst.PROPERTY_TAGS)),
-                sys_flag=sys_flag,
-                born_timestamp=header.born_timestamp,
-                born_host=born_host,
-                reconsume_times=header.reconsume_times or 0,
-            )
-            self._set_hosts(msg, None)
-            msgs.append(msg)
+            # Positional: topic, body, queue_id, flag, properties, properties_string, tags_code (the store
+            # computes it), sys_flag, born_timestamp, born_host, store_host, reconsume_times.
+            add(MessageExtBrokerInner(
+                topic, body, queue_id, flag, props, ps, 0, sys_flag, born_ts, born_host, store_host, reconsume
+            ))
             total_body += len(body)
+        return msgs, queue_id, total_body
+
+    async def send_batch_message(
+        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
+    ) -> RemotingCommand:
+        tc = self.msg_check(ctx, cmd, header)
+        built = self._build_batch(ctx, cmd, header, tc)
+        if type(built) is RemotingCommand:
+            return built
+        msgs, queue_id, total_body = built  # type: ignore[misc]
         result = await self.c.message_store.put_messages(msgs)
         return self.handle_put_message_result(result, msgs[0], queue_id, total_body, batch=len(msgs))
 
@@ -414,12 +592,21 @@ class SendMessageProcessor:
         ar = result.append_result
         self.c.broker_stats.inc_put(msg.topic, ar.msg_num or max(1, batch), ar.wrote_bytes)
         uniq = None if batch else msg.properties.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        # SendMessageResponseHeader's wire form, built directly (per-send hot path).
-        ext = {"msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset)}
-        if uniq is not None:
-            ext["transactionId"] = uniq
-        ext.update(self._response_ext())
-        return reply(ok_code, None, ext)
+        bc = self.c.broker_config
+        # SendMessageResponseHeader's wire form plus _response_ext, built directly (per-send hot path).
+        if uniq is None:
+            ext = {
+                "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+                _PROP_MSG_REGION: bc.regionId, _PROP_TRACE_SWITCH: "true" if bc.traceOn else "false",
+            }
+        else:
+            ext = {
+                "msgId": ar.msg_id, "queueId": str(queue_id), "queueOffset": str(ar.logics_offset),
+                "transactionId": uniq,
+                _PROP_MSG_REGION: bc.regionId, _PROP_TRACE_SWITCH: "true" if bc.traceOn else "false",
+            }
+        # Positional: code, opaque, flag, remark, ext_fields, body, language (what reply() builds).
+        return RemotingCommand(ok_code, 0, 0, None, ext, None, LanguageCode.JAVA)
 
     def _failure(self, status: PutMessageStatus, result: PutMessageResult) -> tuple[int, str]:
         S = PutMessageStatus
@@ -507,9 +694,11 @@ class SendMessageProcessor:
         )
         msg.properties_string = encode_properties(props)
         sctx = SendMessageContext(ctx, cmd, None, tc, None, queue_id, send_back=True, extra={"group": h.group})
-        stop = await self._transform(msg, sctx)
+        stop = self._transform(msg, sctx)
+        if stop is not None and type(stop) is not RemotingCommand:
+            stop = await stop  # type: ignore[misc]
         if stop is not None:
-            return stop
+            return stop  # type: ignore[return-value]
         result = await self.put_message(msg)
         if result is not None and result.status == PutMessageStatus.PUT_OK:
             c.broker_stats.send_back_nums += 1
@@ -518,8 +707,51 @@ class SendMessageProcessor:
 
 
 _SEND_OK_CODES: dict[PutMessageStatus, int] = {
-    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.PUT_OK: int(ResponseCode.SUCCESS),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: int(ResponseCode.FLUSH_DISK_TIMEOUT),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: int(ResponseCode.FLUSH_SLAVE_TIMEOUT),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: int(ResponseCode.SLAVE_NOT_AVAILABLE),
 }
+
+
+_PROP_WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
+_PROP_MSG_REGION = MessageConst.PROPERTY_MSG_REGION
+_PROP_TRACE_SWITCH = MessageConst.PROPERTY_TRACE_SWITCH
+_PROP_CLUSTER = MessageConst.PROPERTY_CLUSTER
+_PROP_CLUSTER_ITEM = _PROP_CLUSTER + NAME_VALUE_SEPARATOR
+_WAIT_ITEM = _PROP_WAIT + NAME_VALUE_SEPARATOR
+_SEP_WAIT_ITEM = PROPERTY_SEPARATOR + _WAIT_ITEM
+
+
+def _encode_without_wait(props: dict[str, str]) -> str:
+    """encode_properties without WAIT (for the broker only: kept in the dict, not in the stored bytes)."""
+    wait = props.pop(_PROP_WAIT, None)
+    ps = encode_properties(props)
+    if wait is not None:
+        props[_PROP_WAIT] = wait
+    return ps
+
+
+def _decode_properties(raw: str | None) -> tuple[dict[str, str], bool]:
+    """decode_properties, and whether `raw` is canonical: exactly one name\x01value item per key, none
+    dropped by the decoder -- then encode_properties(result) == raw, and the string can be reused."""
+    if not raw:
+        return {}, True
+    props = decode_properties(raw)
+    n = len(props)
+    return props, raw.count(NAME_VALUE_SEPARATOR) == n and raw.count(PROPERTY_SEPARATOR) == n - 1
+
+
+def _stored_properties(raw: str, props: dict[str, str], extra: str) -> str:
+    """The stored properties string without re-encoding the dict: canonical `raw` (what `props` was
+    decoded from) minus its WAIT item, then `extra` (encoded items for keys not in `props`) -- i.e.
+    _encode_without_wait(props | extra's items)."""
+    if _PROP_WAIT in props:
+        if raw.startswith(_WAIT_ITEM):
+            cut = raw.find(PROPERTY_SEPARATOR)
+            raw = "" if cut < 0 else raw[cut + 1:]
+        else:
+            k = raw.find(_SEP_WAIT_ITEM)
+            e = raw.find(PROPERTY_SEPARATOR, k + 1)
+            raw = raw[:k] if e < 0 else raw[:k] + raw[e:]
+    return f"{raw}{PROPERTY_SEPARATOR}{extra}" if raw else extra

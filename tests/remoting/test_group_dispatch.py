@@ -1,0 +1,114 @@
+"""RequestDispatcher groups: a run of pipelined requests for a `groupable` processor goes to its group
+function in one call; answers stay per request; the group's bounds still hold."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from remoting import (
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestContext,
+    RequestDispatcher,
+    ResponseCode,
+)
+from remoting.codec import FrameDecoder, encode
+from remoting.codes import SerializeType
+from remoting.connection import groupable
+
+PUT, PUT_OTHER = 7, 8
+
+
+class GroupApp:
+    def __init__(self) -> None:
+        self.runs: list[list[str]] = []
+        self.singles: list[str] = []
+        self.release = asyncio.Event()
+        self.block = False
+
+    @groupable("process_many")
+    async def process(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        self.singles.append(cmd.ext("v") or "")
+        if self.block:
+            await self.release.wait()
+        return self._answer(cmd)
+
+    async def process_many(self, ctx: RequestContext, cmds: list[RemotingCommand]) -> list[RemotingCommand | None]:
+        self.runs.append([c.ext("v") or "" for c in cmds])
+        if self.block:
+            await self.release.wait()
+        return [self._answer(c) for c in cmds]
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand) -> RemotingCommand:
+        v = cmd.ext("v") or ""
+        if v.startswith("bad"):
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"refused {v}")
+        return cmd.response(ext_fields={"v": v})
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[GroupApp, str, RemotingClient]]:
+    app = GroupApp()
+    d = RequestDispatcher()
+    d.add_group("put", concurrency=1, max_pending=3)
+    d.register([PUT, PUT_OTHER], app.process, group="put")
+    srv = RemotingServer(d, host="127.0.0.1", port=0)
+    _, port = await srv.start()
+    client = RemotingClient()
+    try:
+        yield app, f"127.0.0.1:{port}", client
+    finally:
+        app.release.set()
+        await client.close()
+        await srv.stop()
+
+
+async def test_pipelined_run_is_one_group_call_with_answers_per_request(served) -> None:
+    app, addr, client = served
+    await client.invoke(addr, RemotingCommand.request(PUT, {"v": "warm"}), 3000)  # connect first
+    vals = ["a", "b", "bad1", "c", "d", "bad2", "e"]
+    # invoke_future writes every request of this loop step in one write: the server reads them together.
+    futs = [
+        await client.invoke_future(addr, RemotingCommand.request(PUT if i % 2 else PUT_OTHER, {"v": v}), 3000)
+        for i, v in enumerate(vals)
+    ]
+    resps = await asyncio.wait_for(asyncio.gather(*futs), 5)
+    for v, r in zip(vals, resps, strict=True):
+        if v.startswith("bad"):
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL and r.remark == f"refused {v}"
+        else:
+            assert r.code == ResponseCode.SUCCESS and r.ext("v") == v
+    assert any(len(run) > 1 for run in app.runs), app.runs  # both codes share the processor: one run
+    assert sorted(v for run in app.runs for v in run) + sorted(app.singles) == sorted(vals + ["warm"])
+
+
+async def test_busy_group_falls_back_to_the_bounded_queue(served) -> None:
+    app, addr, client = served
+    await client.invoke(addr, RemotingCommand.request(PUT, {"v": "warm"}), 3000)
+    app.block = True
+    first = [await client.invoke_future(addr, RemotingCommand.request(PUT, {"v": "x"}), 5000)]
+    await asyncio.sleep(0.2)  # it holds the group's only slot
+    # 3 wait in the group's queue; the rest are refused at once, as without grouping.
+    more = [await client.invoke_future(addr, RemotingCommand.request(PUT, {"v": f"y{i}"}), 5000) for i in range(5)]
+    done, _ = await asyncio.wait(more, timeout=2)
+    busy = [f.result() for f in done]
+    assert len(busy) == 2 and all(r.code == ResponseCode.SYSTEM_BUSY for r in busy)
+    app.release.set()
+    rest = await asyncio.wait_for(asyncio.gather(*first, *[f for f in more if f not in done]), 5)
+    assert [r.code for r in rest] == [ResponseCode.SUCCESS] * 4
+
+
+def test_frame_decoder_reads_in_place_and_keeps_partial_frames() -> None:
+    cmds = [RemotingCommand.request(PUT, {"v": str(i)}, b"b" * i) for i in range(5)]
+    cmds[3].serialize_type = SerializeType.MSGPACK
+    stream = b"".join(encode(c) for c in cmds)
+    for cut in (1, 3, 7, len(stream) // 2, len(stream) - 1):
+        d = FrameDecoder()
+        got = d.feed(stream[:cut]) + d.feed(memoryview(stream[cut:])) + d.feed(b"")
+        assert [(c.code, c.ext("v"), c.body or b"") for c in got] == [(PUT, str(i), b"b" * i) for i in range(5)]
+        assert d.buffered == 0
