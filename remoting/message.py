@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -479,6 +479,12 @@ class MessageExt(MessagePropertyAccessors):
     def offset_msg_id(self) -> str:
         return self.msg_id
 
+    @property
+    def stored_body_length(self) -> int:
+        """Body bytes as stored (a pulled message reads it from its record without copying the body
+        out, so the compressed length when the body came compressed); ProcessQueue's size count."""
+        return len(self.body)
+
 
 def decode_message(
     buf: bytes | bytearray | memoryview,
@@ -584,18 +590,282 @@ def decode_message(
     return msg, rec_end
 
 
+# ------------------------------------------------------------------------------------------ pull bodies
+
+# The base class's slot descriptors: PulledMessageExt keeps its decoded body and properties in them.
+_BODY_SLOT = MessageExt.__dict__["body"]
+_PROPS_SLOT = MessageExt.__dict__["properties"]
+# Fields before the hosts (same in every layout): what a pull-body decode reads eagerly.
+_PULL_HEAD = struct.Struct(">iIiiiqqi")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG
+_MIN_SIZE = tuple(layout.fixed_size for layout in _LAYOUTS)
+_BODY_LEN_POS = tuple(layout.body_len_pos for layout in _LAYOUTS)
+_NO_EXTRA: tuple[tuple[str, str], ...] = ()
+_HEADER_DONE = 1
+_BODY_DONE = 2
+_PROPS_DONE = 4
+_DECOMPRESS = 8
+# ip bytes -> text and (ip, port) bytes -> msg id prefix; few distinct hosts, bounded anyway.
+_HOST_CACHE: dict[bytes, str] = {}
+_HOST_CACHE_MAX = 1024
+
+
+def _cached_host(ip: bytes) -> str:
+    host = _HOST_CACHE.get(ip)
+    if host is None:
+        if len(_HOST_CACHE) >= _HOST_CACHE_MAX:
+            _HOST_CACHE.clear()
+        host = _HOST_CACHE[ip] = bytes_to_host(ip)
+    return host
+
+
+_MSG_ID_PREFIX: dict[tuple[bytes, int], str] = {}
+
+
+def _msg_id_prefix(store_ip: bytes, store_port: int) -> str:
+    if len(_MSG_ID_PREFIX) >= _HOST_CACHE_MAX:
+        _MSG_ID_PREFIX.clear()
+    prefix = _MSG_ID_PREFIX[(store_ip, store_port)] = (store_ip + _I32.pack(store_port)).hex().upper()
+    return prefix
+
+
+_HEADER_FIELDS = (
+    "topic", "flag", "body_crc", "commit_log_offset", "born_timestamp", "born_host", "store_timestamp", "store_host",
+    "reconsume_times", "prepared_transaction_offset", "msg_id",
+)
+
+
+def _header_field(name: str) -> property:
+    index = _HEADER_FIELDS.index(name)
+
+    def get(self: PulledMessageExt) -> object:
+        if not self._done & _HEADER_DONE:
+            self._decode_header()
+        return self._hdr[index]
+
+    def put(self: PulledMessageExt, value: object) -> None:
+        self._decode_header()  # so a later first read cannot overwrite the value set here
+        hdr = list(self._hdr)
+        hdr[index] = value
+        self._hdr = tuple(hdr)
+
+    return property(get, put)
+
+
+def _eager_message_ext(values: dict[str, object]) -> MessageExt:
+    return MessageExt(**values)  # type: ignore[arg-type]
+
+
+class PulledMessageExt(MessageExt):
+    """A MessageExt of a pull-response body, decoded on demand (what `decode_messages` returns).
+
+    Decoding a record eagerly costs ~4 us in Python, most of it on fields a consumer may never read
+    (hosts, msg id, properties, a body copy). Here `queue_id`, `queue_offset`, `store_size` and
+    `sys_flag` are read at once; the other header fields are decoded together on the first read of
+    any of them, `body` (copied, decompressed) and `properties` (parsed) each on their first read.
+    Every attribute reads and writes as on MessageExt; a value written before it was first read
+    stays. Properties added by the client before the first read (`add_properties`) are merged in
+    then. Holds the pull body until every lazy part of every message of it was read.
+    """
+
+    # stored_body_length: a slot here, shadowing MessageExt's property (read at C speed in bulk).
+    __slots__ = ("_buf", "_pos", "_done", "_extra", "_hdr", "stored_body_length")
+    _buf: bytes
+    _pos: int
+    _done: int  # _HEADER_DONE | _BODY_DONE | _PROPS_DONE | _DECOMPRESS (flags, no exceptions on reads)
+    _extra: tuple[tuple[str, str], ...]  # properties to merge at their first read
+    _hdr: tuple[object, ...]  # the decoded header fields, in _HEADER_FIELDS order (one store)
+
+    def __init__(self, **fields: object) -> None:
+        """A fully decoded instance from field values (what dataclasses.replace builds)."""
+        self._done = _HEADER_DONE | _BODY_DONE | _PROPS_DONE
+        self._extra = _NO_EXTRA
+        self._hdr = (None,) * len(_HEADER_FIELDS)
+        MessageExt.__init__(self, **fields)  # type: ignore[arg-type]
+        self.stored_body_length = len(self.body)
+
+    def _field_values(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in MessageExt.__dataclass_fields__}
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # copy / pickle: a plain, fully decoded MessageExt (no pull body carried along).
+        return _eager_message_ext, (self._field_values(),)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        names = MessageExt.__dataclass_fields__
+        return all(getattr(self, n) == getattr(other, n) for n in names)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like MessageExt
+
+    def get_property(self, name: str) -> str | None:
+        if not self._done & _PROPS_DONE:
+            # A property the client added (e.g. CONSUME_START_TIME, read by the expired-message
+            # sweep on the event loop) without parsing -- and without racing a listener thread.
+            for key, value in reversed(self._extra):
+                if key == name:
+                    return value
+        return self.properties.get(name)
+
+    def _decode_header(self) -> None:
+        if self._done & _HEADER_DONE:
+            return
+        buf = self._buf
+        pos = self._pos
+        layout = _LAYOUTS[(self.sys_flag >> 4) & 0x3]
+        (
+            _total, _magic, crc, _qid, flag, _qoff, phy_offset, _sys, born_ts, born_ip, born_port,
+            store_ts, store_ip, store_port, reconsume, prepared, body_len,
+        ) = layout.header.unpack_from(buf, pos)
+        topic_pos = pos + layout.body_pos + body_len
+        rec_end = pos + self.store_size
+        if body_len < 0 or topic_pos + 3 > rec_end:
+            raise ValueError(f"corrupt record at offset {pos}: body length {body_len}")
+        topic_len = buf[topic_pos]
+        if topic_len > 127 or topic_pos + 3 + topic_len > rec_end:
+            raise ValueError(f"corrupt record at offset {pos}: topic length {topic_len}")
+        born = _HOST_CACHE.get(born_ip) or _cached_host(born_ip)
+        store = _HOST_CACHE.get(store_ip) or _cached_host(store_ip)
+        prefix = _MSG_ID_PREFIX.get((store_ip, store_port)) or _msg_id_prefix(store_ip, store_port)
+        self._hdr = (
+            str(buf[topic_pos + 1 : topic_pos + 1 + topic_len], "utf-8"), flag, crc, phy_offset, born_ts,
+            (born, born_port), store_ts, (store, store_port), reconsume, prepared, f"{prefix}{phy_offset:016X}",
+        )
+        self._done |= _HEADER_DONE
+
+    def _sizes(self) -> tuple[int, int]:
+        """(body position, body length); decode_messages checked the length against the record size."""
+        return self._pos + _LAYOUTS[(self.sys_flag >> 4) & 0x3].body_pos, self.stored_body_length
+
+    @property
+    def body(self) -> bytes:  # type: ignore[override]
+        done = self._done
+        if done & _BODY_DONE:
+            return _BODY_SLOT.__get__(self, None)  # type: ignore[no-any-return]
+        body_pos, body_len = self._sizes()
+        body = self._buf[body_pos : body_pos + body_len]
+        if done & _DECOMPRESS and self.sys_flag & MessageSysFlag.COMPRESSED_FLAG and body:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as e:
+                raise ValueError(f"cannot decompress body of record at offset {self._pos}: {e}") from None
+        _BODY_SLOT.__set__(self, body)
+        self._done |= _BODY_DONE
+        return body
+
+    @body.setter
+    def body(self, value: bytes) -> None:
+        _BODY_SLOT.__set__(self, value)
+        self._done |= _BODY_DONE
+
+    @property
+    def properties(self) -> dict[str, str]:  # type: ignore[override]
+        if self._done & _PROPS_DONE:
+            return _PROPS_SLOT.__get__(self, None)  # type: ignore[no-any-return]
+        buf = self._buf
+        pos = self._pos
+        body_pos, body_len = self._sizes()
+        topic_pos = body_pos + body_len
+        props_pos = topic_pos + 1 + buf[topic_pos]
+        rec_end = pos + self.store_size
+        if props_pos + 2 > rec_end:
+            raise ValueError(f"corrupt record at offset {pos}: topic overruns the record")
+        props_len = _I16.unpack_from(buf, props_pos)[0]
+        props_pos += 2
+        if props_len < 0 or props_pos + props_len != rec_end:
+            raise ValueError(f"corrupt record at offset {pos}: size fields do not add up to {self.store_size}")
+        props = decode_properties(str(buf[props_pos:rec_end], "utf-8", "replace")) if props_len else {}
+        extra = self._extra
+        if extra:
+            props.update(extra)
+            self._extra = _NO_EXTRA
+        _PROPS_SLOT.__set__(self, props)
+        self._done |= _PROPS_DONE
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._extra = _NO_EXTRA
+        _PROPS_SLOT.__set__(self, value)
+        self._done |= _PROPS_DONE
+
+    topic = _header_field("topic")
+    flag = _header_field("flag")
+    body_crc = _header_field("body_crc")
+    commit_log_offset = _header_field("commit_log_offset")
+    born_timestamp = _header_field("born_timestamp")
+    born_host = _header_field("born_host")
+    store_timestamp = _header_field("store_timestamp")
+    store_host = _header_field("store_host")
+    msg_id = _header_field("msg_id")
+    reconsume_times = _header_field("reconsume_times")
+    prepared_transaction_offset = _header_field("prepared_transaction_offset")
+
+
+def add_properties(msgs: Iterable[MessageExt], pairs: tuple[tuple[str, str], ...]) -> None:
+    """Put the same properties on every message; a pulled message whose properties were not parsed
+    yet takes them at its first read (no parsing now). `pairs` is shared, never mutated."""
+    for m in msgs:
+        if type(m) is PulledMessageExt and not m._done & _PROPS_DONE:
+            extra = m._extra
+            m._extra = extra + pairs if extra else pairs
+        else:
+            m.properties.update(pairs)
+
+
 def decode_messages(
     buf: bytes | bytearray | memoryview, *, read_body: bool = True, decompress_body: bool = False
 ) -> list[MessageExt]:
-    """Decode a pull-response body (records back to back)."""
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    """Decode a pull-response body (records back to back) into PulledMessageExt (decoded on demand;
+    the record sizes and magic codes are checked here). read_body=False decodes eagerly, bodiless."""
+    if not read_body:
+        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        eager: list[MessageExt] = []
+        pos = 0
+        cache: dict[bytes, str] = {}
+        while pos < len(mv):
+            msg, pos = decode_message(mv, pos, read_body=False, _cache=cache)
+            eager.append(msg)
+        return eager
+    if type(buf) is not bytes:
+        buf = bytes(buf)  # the messages keep it: never a view of memory that may change or go
     out: list[MessageExt] = []
+    append = out.append
+    new = object.__new__
+    cls = PulledMessageExt
+    unpack = _PULL_HEAD.unpack_from
+    min_size = _MIN_SIZE
+    body_len_pos = _BODY_LEN_POS
+    i32 = _I32.unpack_from
+    done = _DECOMPRESS if decompress_body else 0
     pos = 0
-    end = len(mv)
-    cache: dict[bytes, str] = {}
+    end = len(buf)
     while pos < end:
-        msg, pos = decode_message(mv, pos, read_body=read_body, decompress_body=decompress_body, _cache=cache)
-        out.append(msg)
+        if end - pos < 40:
+            raise ValueError(f"truncated message record at offset {pos}: {end - pos} bytes left")
+        total, magic, _crc, queue_id, _flag, queue_offset, _phy, sys_flag = unpack(buf, pos)
+        if magic != MAGIC_CODE:
+            raise ValueError(f"bad magic code 0x{magic:08X} at offset {pos}")
+        if pos + total > end:
+            raise ValueError(f"truncated message record at offset {pos}: size {total}, {end - pos} bytes left")
+        layout = sys_flag & 0x30
+        if total < min_size[layout >> 4]:
+            raise ValueError(f"record at offset {pos} is smaller ({total}) than its fixed part")
+        body_len = i32(buf, pos + body_len_pos[layout >> 4])[0]
+        if body_len < 0 or body_len > total - min_size[layout >> 4]:
+            raise ValueError(f"corrupt record at offset {pos}: body length {body_len}")
+        m = new(cls)
+        m._buf = buf
+        m._pos = pos
+        m._done = done
+        m._extra = _NO_EXTRA
+        m.queue_id = queue_id
+        m.queue_offset = queue_offset
+        m.sys_flag = sys_flag
+        m.store_size = total
+        m.stored_body_length = body_len
+        append(m)
+        pos += total
     return out
 
 
@@ -607,8 +877,10 @@ __all__ = [
     "MessageConst",
     "MessageExt",
     "MessageSysFlag",
+    "PulledMessageExt",
     "PermName",
     "RecordLayout",
+    "add_properties",
     "body_crc",
     "bytes_to_host",
     "create_offset_msg_id",

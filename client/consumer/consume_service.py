@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from remoting.body import ConsumeMessageDirectlyResult
-from remoting.message import MessageConst, MessageExt
+from remoting.message import MessageConst, MessageExt, add_properties
 
 from ..message import MessageQueue
+from ..validators import RETRY_GROUP_TOPIC_PREFIX
 from .listener import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -158,9 +159,7 @@ class _ServiceBase:
 
     @staticmethod
     def _mark_consume_start(msgs: list[MessageExt]) -> None:
-        ts = str(_now_ms())
-        for m in msgs:
-            m.properties[MessageConst.PROPERTY_CONSUME_START_TIMESTAMP] = ts
+        add_properties(msgs, ((MessageConst.PROPERTY_CONSUME_START_TIMESTAMP, str(_now_ms())),))
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
@@ -196,8 +195,12 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             if pq.dropped:
                 pq.pending.clear()
                 continue
-            n = min(batch_size, len(pq.pending))
-            msgs = [pq.pending.popleft() for _ in range(n)]
+            pending = pq.pending
+            if batch_size >= len(pending):  # all of it (a pull answer fits one listener batch)
+                msgs = list(pending)
+                pending.clear()
+            else:
+                msgs = [pending.popleft() for _ in range(batch_size)]
             self._mark_ready(mq, pq)  # more waiting: back of the line (fair across queues)
             try:
                 await self.consume_request(msgs, pq, mq)
@@ -211,7 +214,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if pq.dropped:
             return
         context = ConsumeConcurrentlyContext(mq)
-        self.consumer.reset_retry_topic(msgs)
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
+            self.consumer.reset_retry_topic(msgs)
         self._mark_consume_start(msgs)
         status: Any = None
         raised = False
@@ -302,7 +306,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             msg = pq.first_message()
             if msg is None:
                 break
-            started = msg.properties.get(MessageConst.PROPERTY_CONSUME_START_TIMESTAMP)
+            started = msg.get_property(MessageConst.PROPERTY_CONSUME_START_TIMESTAMP)
             if not started or _now_ms() - int(started) <= timeout_ms:
                 break
             if not await self.consumer.send_message_back_safe(msg, 3, mq.broker_name):
@@ -421,7 +425,8 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 msgs = pq.take_messages(batch)
                 if not msgs:
                     return  # pq.consuming is now False: the next pull dispatches again
-                self.consumer.reset_retry_topic(msgs)
+                if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
+                    self.consumer.reset_retry_topic(msgs)
                 context = ConsumeOrderlyContext(mq)
                 status: Any = None
                 async with pq.consume_lock:

@@ -429,7 +429,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
             st.pull_offset = result.next_begin_offset
             msgs = result.messages
             if msgs:
-                pq.put_messages(msgs)
+                pq.put_messages(msgs, result.max_offset)
                 self._ready.append((st, gen, msgs))
                 self._cached_total += len(msgs)
                 assert self._ready_event is not None

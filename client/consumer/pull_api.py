@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from remoting.body import SubscriptionData
 from remoting.headers import PullMessageRequestHeader
-from remoting.message import MessageConst
+from remoting.message import MessageConst, add_properties
 
 from ..errors import MQClientError
 from ..message import MessageQueue, PullResult, PullStatus
@@ -83,11 +83,16 @@ class PullAPIWrapper:
     def process_pull_result(self, mq: MessageQueue, result: PullResult, sd: SubscriptionData) -> PullResult:
         self._pull_from_which_node[mq] = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND and result.messages:
-            msgs = filter_messages(sd, result.messages)
-            lo, hi = str(result.min_offset), str(result.max_offset)
-            for m in msgs:
-                props = m.properties
-                props[MessageConst.PROPERTY_MIN_OFFSET] = lo
-                props[MessageConst.PROPERTY_MAX_OFFSET] = hi
+            msgs = result.messages
+            if sd.tags_set and not sd.class_filter_mode:
+                msgs = filter_messages(sd, msgs)
+            # One shared pair tuple; pulled messages take it when their properties are first read.
+            add_properties(
+                msgs,
+                (
+                    (MessageConst.PROPERTY_MIN_OFFSET, str(result.min_offset)),
+                    (MessageConst.PROPERTY_MAX_OFFSET, str(result.max_offset)),
+                ),
+            )
             result.messages = msgs
         return result

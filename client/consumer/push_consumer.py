@@ -703,7 +703,7 @@ class PushConsumer(SubscriptionInfoHooks):
                 return 0.0
             if result.next_begin_offset < prev or msgs[0].queue_offset < prev:
                 log.warning("pull_result_offsets_backwards", mq=str(mq), prev=prev, next=result.next_begin_offset)
-            dispatch = pq.put_messages(msgs)
+            dispatch = pq.put_messages(msgs, result.max_offset)
             self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
             return self.pull_interval / 1000
         if status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
