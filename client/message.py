@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from remoting.message import (
     MAX_PROPERTIES_LENGTH,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     MessageConst,
     MessageExt,
     MessageSysFlag,
@@ -41,6 +43,8 @@ _TAGS = MessageConst.PROPERTY_TAGS
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 _WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
 _UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_PROPERTY_SEPARATOR = PROPERTY_SEPARATOR
+_NAME_VALUE_JOIN = NAME_VALUE_SEPARATOR.join
 
 
 def _join_keys(keys: str | Iterable[str] | None) -> str | None:
@@ -261,20 +265,35 @@ _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE(0), BODYCRC(0), FL
 _I16 = struct.Struct(">h")
 
 
-def encode_message(msg: Message) -> bytes:
-    """One message of a batch body, Java's MessageDecoder.encodeMessage: flag, body and properties only."""
+def _encode_into(parts: list[bytes | bytearray | memoryview], msg: Message) -> None:
     body = msg.body
-    props = encode_properties(msg.properties).encode("utf-8")
+    props_map = msg.properties
+    try:
+        props = _PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props_map.items())).encode("utf-8")
+    except TypeError:  # a None value (properties edited by hand): encode_properties skips those
+        props = encode_properties(props_map).encode("utf-8")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(
             f"properties of a message are {len(props)} bytes, over the {MAX_PROPERTIES_LENGTH} limit"
         )
-    total = 20 + len(body) + 2 + len(props)
-    return b"".join(
-        (_BATCH_HEAD.pack(total, 0, 0, msg.flag, len(body)), bytes(body), _I16.pack(len(props)), props)
-    )
+    blen = len(body)
+    parts.append(_BATCH_HEAD.pack(20 + blen + 2 + len(props), 0, 0, msg.flag, blen))
+    parts.append(body)
+    parts.append(_I16.pack(len(props)))
+    parts.append(props)
+
+
+def encode_message(msg: Message) -> bytes:
+    """One message of a batch body, Java's MessageDecoder.encodeMessage: flag, body and properties only."""
+    parts: list[bytes | bytearray | memoryview] = []
+    _encode_into(parts, msg)
+    return b"".join(parts)
 
 
 def encode_messages(msgs: Sequence[Message]) -> bytes:
-    """A SEND_BATCH_MESSAGE body: the messages' encodings back to back (MessageDecoder.encodeMessages)."""
-    return b"".join(encode_message(m) for m in msgs)
+    """A SEND_BATCH_MESSAGE body: the messages' encodings back to back (MessageDecoder.encodeMessages);
+    one join over all the parts, so each body is copied once."""
+    parts: list[bytes | bytearray | memoryview] = []
+    for m in msgs:
+        _encode_into(parts, m)
+    return b"".join(parts)

@@ -62,6 +62,8 @@ log = structlog.get_logger(__name__)
 
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 DEFAULT_TRACE_REGION_ID = "DefaultRegion"
+_MSG_REGION = MessageConst.PROPERTY_MSG_REGION
+_TRACE_SWITCH = MessageConst.PROPERTY_TRACE_SWITCH
 
 _SEND_STATUS = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
@@ -390,8 +392,10 @@ class MQClientAPIImpl:
 
     # ------------------------------------------------------------------ send
     def process_send_response(
-        self, broker_name: str, topic: str, uniq_id: str, response: RemotingCommand, addr: str
+        self, broker_name: str, topic: str, uniq_id: str, response: RemotingCommand, addr: str,
+        mq: MessageQueue | None = None,
     ) -> SendResult:
+        """`mq`: the queue the request went to; reused as the result's queue when the broker kept it."""
         status = _SEND_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_code(response.code, response.remark, addr)
@@ -405,16 +409,18 @@ class MQClientAPIImpl:
                 ResponseCode.SYSTEM_ERROR, f"bad send response header from {addr}: {e!r}", addr
             ) from None
         tx = ext.get("transactionId")
-        region = ext.get(MessageConst.PROPERTY_MSG_REGION) or DEFAULT_TRACE_REGION_ID
+        region = ext.get(_MSG_REGION) or DEFAULT_TRACE_REGION_ID
+        if mq is None or mq.queue_id != queue_id or mq.topic != topic or mq.broker_name != broker_name:
+            mq = MessageQueue(topic, broker_name, queue_id)
         return SendResult(
-            status=status,
-            msg_id=uniq_id,
-            offset_msg_id=offset_msg_id,
-            queue=MessageQueue(topic, broker_name, queue_id),
-            queue_offset=queue_offset,
-            transaction_id=None if tx is None else str(tx),
-            region_id=str(region),
-            trace_on=ext.get(MessageConst.PROPERTY_TRACE_SWITCH) != "false",
+            status,
+            uniq_id,
+            offset_msg_id,
+            mq,
+            queue_offset,
+            None if tx is None else str(tx),
+            str(region),
+            ext.get(_TRACE_SWITCH) != "false",
         )
 
     @staticmethod

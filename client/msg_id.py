@@ -4,8 +4,8 @@
 
     ip (4) | pid (2) | class-loader hash (4, random per process) | ms since start of month (4) | counter (2)
 
-The first 10 bytes never change in a process, so their hex is computed once; an id then costs
-one clock read, a counter step and one format call.
+The first 10 bytes never change in a process, so their hex is computed once, and the time part
+once per millisecond; an id then costs one clock read, a counter step and a 4-digit format.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class MessageIdGenerator:
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._start_ms, self._next_start_ms = _month_bounds(int(time.time() * 1000))
+        # (ms, prefix + time hex) of the last id: one attribute, so threads swap it atomically.
+        self._head: tuple[int, str] = (-1, "")
 
     @property
     def prefix(self) -> str:
@@ -62,33 +64,48 @@ class MessageIdGenerator:
 
     def create(self) -> str:
         now_ms = time.time_ns() // 1_000_000
-        if now_ms >= self._next_start_ms:
-            self._roll_month(now_ms)
-        diff = now_ms - self._start_ms
-        if -1_000_000 < diff < 0:  # clock stepped back (NTP): Java clamps too
-            diff = 0
-        return f"{self._prefix}{diff & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        last_ms, head = self._head
+        if now_ms != last_ms:
+            if now_ms >= self._next_start_ms:
+                self._roll_month(now_ms)
+            diff = now_ms - self._start_ms
+            if -1_000_000 < diff < 0:  # clock stepped back (NTP): Java clamps too
+                diff = 0
+            head = f"{self._prefix}{diff & 0xFFFFFFFF:08X}"
+            self._head = (now_ms, head)
+        return head + "%04X" % (next(self._counter) & 0xFFFF)
 
 
 _default: MessageIdGenerator | None = None
 _default_lock = threading.Lock()
-_default_pid = -1
+
+
+def _forget_after_fork() -> None:
+    # A forked child (Spark workers fork) has another pid: it must not reuse the parent's ids. A
+    # fresh lock too: another thread of the parent may have held it at the fork.
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _generator() -> MessageIdGenerator:
-    global _default, _default_pid
-    pid = os.getpid()
-    if _default is None or _default_pid != pid:  # re-seed after fork (Spark workers fork)
+    global _default
+    gen = _default
+    if gen is None:
         with _default_lock:
-            if _default is None or _default_pid != pid:
-                _default = MessageIdGenerator()
-                _default_pid = pid
-    return _default
+            gen = _default
+            if gen is None:
+                gen = _default = MessageIdGenerator()
+    return gen
 
 
 def create_uniq_id() -> str:
     """A new UNIQ_KEY id for this process."""
-    return _generator().create()
+    gen = _default
+    return (gen if gen is not None else _generator()).create()
 
 
 def decode_uniq_id(uniq_id: str) -> dict[str, object]:

@@ -32,7 +32,14 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import CheckTransactionStateRequestHeader
-from remoting.message import MessageConst, MessageExt, MessageSysFlag, encode_properties
+from remoting.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    encode_properties,
+)
 
 from ..config import ClientConfig
 from ..errors import InvalidMessageError, MQBrokerError, MQClientError, NotStartedError, annotate
@@ -75,6 +82,12 @@ _TRAN = MessageConst.PROPERTY_TRANSACTION_PREPARED
 _RECONSUME = MessageConst.PROPERTY_RECONSUME_TIME
 _MAX_RECONSUME = MessageConst.PROPERTY_MAX_RECONSUME_TIMES
 _OFFLOAD_COMPRESS_OVER = 256 * 1024  # compress bigger bodies in a worker thread
+_CHECKED_TOPICS_MAX = 10_000  # bound of Producer._checked_topics (beyond it, topics are checked per send)
+_NAME_VALUE_JOIN = NAME_VALUE_SEPARATOR.join
+_DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+# The properties header of a batch: only its waitStoreMsgOK.
+_WAIT_TRUE = encode_properties({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
+_WAIT_FALSE = encode_properties({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "false"})
 
 
 class CommunicationMode(enum.Enum):
@@ -132,14 +145,17 @@ def _now_ms() -> float:
 
 
 class _InflightLimiter:
-    """At most `limit` holders; FIFO waiters; O(1) acquire/release (asyncio.Semaphore scans its waiters)."""
+    """At most `limit` holders; FIFO waiters; O(1) acquire/release (asyncio.Semaphore scans its waiters).
+
+    A waiter is a coroutine's future (acquire()) or a backlogged fast send (_Backlogged), which is
+    started right in release() with the freed slot: no Task and no wake-up per queued send."""
 
     __slots__ = ("limit", "active", "_waiters")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.active = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[None] | _Backlogged] = collections.deque()
 
     async def acquire(self) -> None:
         if self.active < self.limit and not self._waiters:
@@ -157,9 +173,12 @@ class _InflightLimiter:
     def release(self) -> None:
         waiters = self._waiters
         while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)  # hand the slot over directly
+            w = waiters.popleft()
+            if w.__class__ is _Backlogged:
+                if w.start():  # type: ignore[union-attr]  # it took the slot over
+                    return
+            elif not w.done():  # type: ignore[union-attr]
+                w.set_result(None)  # type: ignore[union-attr]  # hand the slot over directly
                 return
         self.active -= 1
 
@@ -244,6 +263,8 @@ class Producer:
         self._start_lock: asyncio.Lock | None = None
         self._inflight: set[asyncio.Future[Any]] = set()
         self._header_base: dict[str, str] = {}
+        # Topics that passed check_topic (regex, forbidden names): checked once, not per message.
+        self._checked_topics: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -370,10 +391,10 @@ class Producer:
         """
         fut: asyncio.Future[SendResult] | None = None
         if queue is None and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
-            fut = self._send_async_fast(msg.topic, lambda: self._prepare_now(msg), timeout)
+            fut = self._send_async_fast(msg.topic, self._prepare_now, msg, timeout)  # tracks itself
         if fut is None:
             fut = asyncio.ensure_future(self._send_async_impl(msg, queue, timeout))
-        self._track(fut)
+            self._track(fut)
         if callback is not None:
             fut.add_done_callback(lambda f: _run_callback(callback, f))
         return fut
@@ -417,9 +438,8 @@ class Producer:
         """send_batch without waiting; like send_async."""
         batch = list(msgs)
         if queue is None and batch:
-            fast = self._send_async_fast(batch[0].topic, lambda: self._prepare_batch(batch), timeout)
+            fast = self._send_async_fast(batch[0].topic, self._prepare_batch, batch, timeout)
             if fast is not None:
-                self._track(fast)
                 if callback is not None:
                     fast.add_done_callback(lambda f: _run_callback(callback, f))
                 return fast
@@ -498,9 +518,20 @@ class Producer:
 
     def _prepare_now(self, msg: Message, compressed: bytes | None = None) -> _Prepared:
         """_prepare without awaiting: `compressed` is the body already compressed (big bodies)."""
-        self._running_instance()
+        if self._state is not _State.RUNNING:
+            self._running_instance()  # raises NotStartedError
         if compressed is None:
-            check_message(msg, self.max_message_size)
+            body = msg.body
+            # Fast accept of the usual case; anything else gets check_message's full checks and errors.
+            if (
+                msg.__class__ is not Message
+                or body.__class__ is not bytes
+                or not 0 < len(body) <= self.max_message_size
+                or msg.topic not in self._checked_topics
+            ):
+                check_message(msg, self.max_message_size)
+                if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
+                    self._checked_topics.add(msg.topic)
         props = msg.properties
         uniq = props.get(_UNIQ)
         if uniq is None:
@@ -523,12 +554,16 @@ class Producer:
             mrt = props.pop(_MAX_RECONSUME, None)
             if mrt is not None:
                 max_reconsume = int(mrt)
+        try:
+            encoded = PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props.items()))
+        except TypeError:  # a None value (properties edited by hand): encode_properties skips those
+            encoded = encode_properties(props)
         return _Prepared(
             msg.topic,
             body,
             sys_flag,
             msg.flag,
-            encode_properties(props),
+            encoded,
             uniq,
             False,
             reconsume,
@@ -536,21 +571,36 @@ class Producer:
         )
 
     def _prepare_batch(self, msgs: list[Message]) -> _Prepared:
-        self._running_instance()
+        if self._state is not _State.RUNNING:
+            self._running_instance()  # raises NotStartedError
         if not msgs:
             raise InvalidMessageError("a batch needs at least one message")
         first = msgs[0]
+        topic = first.topic
+        wait = first.wait_store_msg_ok
+        checked = self._checked_topics
+        limit = self.max_message_size
         for m in msgs:
-            check_message(m, self.max_message_size)
-            if m.delay_level > 0:
+            body = m.body
+            # Same fast accept as _prepare_now; check_message raises the precise error otherwise.
+            if (
+                m.__class__ is not Message
+                or body.__class__ is not bytes
+                or not 0 < len(body) <= limit
+                or m.topic not in checked
+            ):
+                check_message(m, limit)
+                if len(checked) < _CHECKED_TOPICS_MAX:
+                    checked.add(m.topic)
+            if _DELAY in m.properties and m.delay_level > 0:
                 raise InvalidMessageError("TimeDelayLevel is not supported for batching")
             if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 raise InvalidMessageError("Retry Group is not supported for batching")
-            if m.topic != first.topic:
+            if m.topic != topic:
                 raise InvalidMessageError(
-                    f"The topic of the messages in one batch should be the same: {first.topic!r} != {m.topic!r}"
+                    f"The topic of the messages in one batch should be the same: {topic!r} != {m.topic!r}"
                 )
-            if m.wait_store_msg_ok != first.wait_store_msg_ok:
+            if m.wait_store_msg_ok != wait:
                 raise InvalidMessageError(
                     "The waitStoreMsgOK of the messages in one batch should be the same"
                 )
@@ -565,12 +615,9 @@ class Producer:
         if len(body) > self.max_message_size:
             raise InvalidMessageError(
                 f"the batch of {len(msgs)} messages encodes to {len(body)} bytes, over maxMessageSize "
-                f"{self.max_message_size}: split it into smaller batches (topic {first.topic})"
+                f"{self.max_message_size}: split it into smaller batches (topic {topic})"
             )
-        props = encode_properties(
-            {MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true" if first.wait_store_msg_ok else "false"}
-        )
-        return _Prepared(first.topic, body, 0, 0, props, ",".join(ids), batch=True)
+        return _Prepared(topic, body, 0, 0, _WAIT_TRUE if wait else _WAIT_FALSE, ",".join(ids), batch=True)
 
     # ------------------------------------------------------------------ the send loop
     async def _find_publish_info(self, topic: str) -> TopicPublishInfo:
@@ -713,67 +760,110 @@ class Producer:
         return await inst.api.send_message(addr, mq.broker_name, mq.topic, prepared.uniq_id, cmd, timeout_ms)
 
     def _build_request(self, prepared: _Prepared, mq: MessageQueue) -> RemotingCommand:
-        ext = self._header_base.copy()
-        ext["b"] = prepared.topic
-        ext["e"] = str(mq.queue_id)
-        ext["f"] = str(prepared.sys_flag)
-        ext["g"] = str(time.time_ns() // 1_000_000)
-        ext["h"] = str(prepared.flag)
-        ext["i"] = prepared.properties
-        ext["m"] = "true" if prepared.batch else "false"
-        if prepared.reconsume_times:
-            ext["j"] = str(prepared.reconsume_times)
+        base = self._header_base
+        # One dict display instead of copy + item sets: this runs once per send attempt.
+        ext = {
+            "a": base["a"],
+            "b": prepared.topic,
+            "c": base["c"],
+            "d": base["d"],
+            "e": str(mq.queue_id),
+            "f": str(prepared.sys_flag),
+            "g": str(time.time_ns() // 1_000_000),
+            "h": str(prepared.flag),
+            "i": prepared.properties,
+            "j": str(prepared.reconsume_times) if prepared.reconsume_times else "0",
+            "k": base["k"],
+            "m": "true" if prepared.batch else "false",
+        }
         if prepared.max_reconsume is not None:
             ext["l"] = str(prepared.max_reconsume)
         if prepared.batch:
-            cmd = RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=prepared.body)
-        elif self.send_smart_msg:
-            cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=prepared.body)
-        else:
-            from ..mq_client_api import send_header_v1
+            return RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, 0, 0, None, ext, prepared.body)
+        if self.send_smart_msg:
+            return RemotingCommand(RequestCode.SEND_MESSAGE_V2, 0, 0, None, ext, prepared.body)
+        from ..mq_client_api import send_header_v1
 
-            cmd = RemotingCommand(
-                code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body
-            )
-        return cmd
+        return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body)
 
     # ------------------------------------------------------------------ pipelined fast path
     def _send_async_fast(
-        self, topic: str, prepare: Callable[[], _Prepared], timeout: float | None
+        self, topic: str, prepare: Callable[[Any], _Prepared], arg: Any, timeout: float | None
     ) -> asyncio.Future[SendResult] | None:
-        """The first attempt of an async send with no Task and no coroutine: when a permit, the
-        topic's route and an open connection are at hand, write the request now and finish in the
-        response future's callback. A failed attempt continues in `_send_default` (retries as
-        usual). None: nothing was sent, take the slow path."""
-        permits = self._async_permits
+        """The first attempt of an async send with no Task, no coroutine and no internal future
+        callback: when the topic's route and an open connection are at hand, write the request now;
+        the response callback (run from the connection's read path) completes the returned future.
+        With all permits taken, the prepared send waits in the limiter's FIFO and starts when a
+        permit frees (still no Task). A failed attempt continues in `_send_default` (retries as
+        usual). None: nothing was prepared, take the slow path. The returned future is already tracked."""
         inst = self._instance
-        if inst is None or self._state is not _State.RUNNING or permits.active >= permits.limit or permits._waiters:
+        if inst is None or self._state is not _State.RUNNING:
             return None
         info = inst.get_publish_info(topic)
         if info is None:
             return None
-        loop = asyncio.get_running_loop()
-        out: asyncio.Future[SendResult] = loop.create_future()
+        out = _SendFuture(loop=asyncio.get_running_loop())
         try:
-            prepared = prepare()
+            prepared = prepare(arg)
         except Exception as e:  # invalid message: fail the future, as the slow path would
             out.set_exception(e)
+            self._track(out)
             return out
+        permits = self._async_permits
+        if permits.active >= permits.limit or permits._waiters:
+            entry = _Backlogged(self, out, prepared, timeout)
+            out._fast = entry
+            permits._waiters.append(entry)
+            self._inflight.add(out)
+            return out
+        if not self._start_fast(out, prepared, timeout, info):
+            # No open writable connection yet: the usual attempt loop, with the message as prepared
+            # (preparing twice would pop a retry message's reconsume properties twice).
+            task = asyncio.ensure_future(self._send_prepared_async(prepared, timeout))
+            self._track(task)
+            return task
+        permits.active += 1
+        self._inflight.add(out)  # untracked by _FastSend.on_response / cancel
+        return out
+
+    def _start_fast(
+        self, out: _SendFuture, prepared: _Prepared, timeout: float | None, info: TopicPublishInfo | None = None
+    ) -> bool:
+        """Write the first attempt of `prepared` through the connection's callback path; False when
+        that is not possible right now (not running, no route, no open writable connection)."""
+        inst = self._instance
+        if inst is None or self._state is not _State.RUNNING:
+            return False
+        if info is None:
+            info = inst.get_publish_info(prepared.topic)
+            if info is None:
+                return False
         begin = _now_ms()
         mq = self.fault_strategy.select_one_message_queue(info, None)
         addr = inst.find_broker_address_in_publish(mq.broker_name)
         if addr is None:
-            return None
+            return False
         budget = float(timeout if timeout is not None else self.send_msg_timeout)
         api = inst.api
-        rf = api.remoting.invoke_future_nowait(addr, self._build_request(prepared, mq), budget)
-        if rf is None:
-            return None
-        permits.active += 1
         pending = _FastSend(self, out, prepared, mq, addr, api, begin, timeout)
-        out.add_done_callback(pending.on_out_done)  # a cancelled send frees its slot at once
-        rf.add_done_callback(pending.on_response)
-        return out
+        if not api.remoting.invoke_callback_nowait(addr, self._build_request(prepared, mq), budget, pending.on_response):
+            return False
+        out._fast = pending  # a cancelled send frees its slot at once (_SendFuture.cancel)
+        return True
+
+    async def _send_prepared_async(self, prepared: _Prepared, timeout: float | None) -> SendResult:
+        await self._async_permits.acquire()
+        return await self._send_holding_permit(prepared, timeout)
+
+    async def _send_holding_permit(self, prepared: _Prepared, timeout: float | None) -> SendResult:
+        """A backlogged send that could not take the callback path: the usual attempts, then the permit
+        it was handed goes back."""
+        try:
+            result = await self._send_default(prepared, CommunicationMode.ASYNC, timeout, None)
+        finally:
+            self._async_permits.release()
+        assert result is not None
+        return result
 
     async def _send_async_continue(
         self,
@@ -813,9 +903,64 @@ def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutEr
     return RemotingTimeoutError(f"topic {topic} (send budget)", RequestCode.SEND_MESSAGE_V2, cost, budget)
 
 
+class _Backlogged:
+    """A prepared async send waiting in the producer's _InflightLimiter for a permit."""
+
+    __slots__ = ("producer", "out", "prepared", "timeout")
+
+    def __init__(
+        self, producer: Producer, out: _SendFuture, prepared: _Prepared, timeout: float | None
+    ) -> None:
+        self.producer = producer
+        self.out = out
+        self.prepared = prepared
+        self.timeout = timeout
+
+    def free(self) -> None:
+        """Cancelled while waiting: there is no permit to give back (release() skips done futures)."""
+
+    def start(self) -> bool:
+        """Called by _InflightLimiter.release with a freed permit: True if this send took it over."""
+        out = self.out
+        if out.done():  # cancelled while waiting: pass the permit on
+            return False
+        p = self.producer
+        try:
+            if p._start_fast(out, self.prepared, self.timeout):
+                return True
+        except Exception as e:  # e.g. too many requests in flight: this send fails, the permit moves on
+            p._inflight.discard(out)
+            out.set_exception(e)
+            out.exception()  # retrieved, as _untrack would
+            return False
+        # No route or open connection at this moment: the usual attempt loop, holding this permit.
+        out._fast = None
+        out.add_done_callback(p._untrack)
+        _chain(out, asyncio.ensure_future(p._send_holding_permit(self.prepared, self.timeout)))
+        return True
+
+
+class _SendFuture(asyncio.Future):  # type: ignore[type-arg]
+    """The future of a fast-path send: cancel() frees its in-flight permit right away (a method
+    override instead of one more done-callback per send)."""
+
+    __slots__ = ("_fast",)
+
+    _fast: _FastSend | _Backlogged | None
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        fast = getattr(self, "_fast", None)
+        if fast is not None:
+            fast.free()
+            fast.producer._inflight.discard(self)
+        return True
+
+
 class _FastSend:
-    """The state of one in-flight Producer._send_async_fast attempt; its methods are the future
-    callbacks (one slotted object per send instead of a dozen closure cells)."""
+    """The state of one in-flight Producer._send_async_fast attempt; on_response is the remoting
+    client's response callback (one slotted object per send instead of a dozen closure cells)."""
 
     __slots__ = ("producer", "out", "prepared", "mq", "addr", "api", "begin", "timeout", "held")
 
@@ -838,46 +983,53 @@ class _FastSend:
             self.held = False
             self.producer._async_permits.release()
 
-    def on_out_done(self, out: asyncio.Future[SendResult]) -> None:
-        if out.cancelled():
-            self.free()
-
-    def on_response(self, rf: asyncio.Future[RemotingCommand]) -> None:
+    def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
+        """Called once, synchronously from the connection's read path (or its time-out scan)."""
         self.free()
         out = self.out
-        if out.done():
-            return
         p = self.producer
+        if out.done():  # cancelled by the caller
+            return
         mq = self.mq
         broker = mq.broker_name
-        elapsed = _now_ms() - self.begin
         try:
-            result = self.api.process_send_response(broker, mq.topic, self.prepared.uniq_id, rf.result(), self.addr)
-        except asyncio.CancelledError:
-            out.cancel()
-            return
+            if exc is not None:
+                raise exc
+            assert response is not None
+            result = self.api.process_send_response(broker, mq.topic, self.prepared.uniq_id, response, self.addr, mq)
         except (RemotingError, MQClientError, MQBrokerError) as e:
-            p.fault_strategy.update_fault_item(broker, elapsed, True)
+            p.fault_strategy.update_fault_item(broker, _now_ms() - self.begin, True)
             retry = p.retry_times_when_send_async_failed > 0 and (
                 not isinstance(e, MQBrokerError) or e.code in p.retry_response_codes
             )
             if not retry:
+                p._inflight.discard(out)
                 out.set_exception(annotate(e, topic=mq.topic, brokers=[broker], attempts=1))
+                out.exception()  # retrieved: the caller may drop the future; the failure is logged per attempt
                 return
             busy = isinstance(e, MQBrokerError) and e.code == ResponseCode.SYSTEM_BUSY
             (log.debug if busy else log.warning)(
                 "send_attempt_failed", topic=mq.topic, broker=broker, attempt=1, error=f"{type(e).__name__}: {e}"
             )
+            out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
                 p._send_async_continue(self.prepared, self.timeout, self.begin, broker, e)
             ))
             return
-        p.fault_strategy.update_fault_item(broker, elapsed, False)
+        except Exception as e:  # a bug, not a broker answer: fail this send rather than the read loop
+            p._inflight.discard(out)
+            out.set_exception(e)
+            return
+        fs = p.fault_strategy
+        if fs.send_latency_fault_enable:  # (update_fault_item is a no-op otherwise: skip the clock read)
+            fs.update_fault_item(broker, _now_ms() - self.begin, False)
         if result.status is not SendStatus.SEND_OK and p.retry_another_broker_when_not_store_ok:
+            out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
                 p._send_async_continue(self.prepared, self.timeout, self.begin, mq.broker_name, None, result)
             ))
             return
+        p._inflight.discard(out)
         out.set_result(result)
 
 

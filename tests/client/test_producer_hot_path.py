@@ -1,0 +1,160 @@
+"""The producer's per-message shortcuts keep the slow path's behaviour: cached topic checks still
+reject bad messages, hand-edited None properties are skipped, fast-path time-outs are typed and free
+their permit, batch bodies keep Java's layout, and unique ids stay unique across fork."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from client import Message, Producer
+from client.errors import InvalidMessageError
+from client.message import SendStatus, encode_messages
+from client.msg_id import MessageIdGenerator, create_uniq_id
+from remoting import RemotingTimeoutError
+from remoting.message import decode_properties, encode_properties
+from tests.client.fakes import FakeBroker, FakeNameServer, wait_until
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[tuple[FakeNameServer, FakeBroker]]:
+    ns = FakeNameServer()
+    await ns.start()
+    b = FakeBroker(name="broker-a")
+    await b.start()
+    ns.add_route("HotTopic", {"broker-a": b.addr})
+    try:
+        yield ns, b
+    finally:
+        await b.stop()
+        await ns.stop()
+
+
+async def test_cached_topic_check_still_rejects_bad_messages(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        await p.send_async(Message("HotTopic", b"cached now"))
+        for bad, match in (
+            (Message("HotTopic", b""), "(?i)length is zero"),
+            (Message("HotTopic", b"x" * (p.max_message_size + 1)), "(?i)size over max"),
+            (Message("bad topic!", b"x"), "(?i)illegal characters"),
+            (Message("SCHEDULE_TOPIC_XXXX", b"x"), "(?i)forbidden"),
+        ):
+            with pytest.raises(InvalidMessageError, match=match):
+                await p.send_async(bad)
+            with pytest.raises(InvalidMessageError, match=match):
+                await p.send_batch_async([Message("HotTopic", b"ok"), bad])
+
+
+async def test_hand_edited_none_property_is_skipped(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        m = Message("HotTopic", b"x", tags="T")
+        m.properties["gone"] = None  # type: ignore[assignment]
+        r = await p.send_async(m)
+        props = decode_properties(b.sends[-1].ext_fields["i"])
+        assert props == {"TAGS": "T", "WAIT": "true", "UNIQ_KEY": r.msg_id}
+
+
+async def test_fast_path_timeout_is_typed_and_frees_its_permit(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr, send_msg_timeout=300, retry_times_when_send_async_failed=0) as p:
+        await p.send(Message("HotTopic", b"warm"))  # route + open connection: the fast path applies
+        n0 = len(b.sends)
+        b.behaviour = lambda cmd: "hang"
+        with pytest.raises(RemotingTimeoutError) as ei:
+            await p.send_async(Message("HotTopic", b"never"))
+        assert b.addr in str(ei.value) and ei.value.elapsed_ms >= 290 and len(b.sends) - n0 == 1
+        assert p._async_permits.active == 0 and not p._inflight
+        b.behaviour = lambda cmd: "ok"
+        assert (await p.send_async(Message("HotTopic", b"after"))).msg_id
+
+
+def _reference_batch_body(msgs: list[Message]) -> bytes:
+    out = b""
+    for m in msgs:
+        props = encode_properties(m.properties).encode()
+        body = bytes(m.body)
+        out += struct.pack(">iiiii", 20 + len(body) + 2 + len(props), 0, 0, m.flag, len(body))
+        out += body + struct.pack(">h", len(props)) + props
+    return out
+
+
+def test_batch_body_equals_the_reference_encoding() -> None:
+    m1 = Message("T", bytearray(b"abc"), tags="x", keys=["k1", "k2"], flag=3)
+    m2 = Message("T", b"\x00" * 40, properties={"u": "v"})
+    m2.properties["none"] = None  # type: ignore[assignment]
+    m3 = Message("T", memoryview(b"mv-body"))
+    msgs = [m1, m2, m3]
+    assert encode_messages(msgs) == _reference_batch_body(msgs)
+
+
+def test_ids_in_one_millisecond_share_the_time_part_and_count_up() -> None:
+    gen = MessageIdGenerator(ip="10.0.0.1", pid=7, seed=1)
+    ids = [gen.create() for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    counters = [int(i[-4:], 16) for i in ids]
+    assert all((b - a) & 0xFFFF == 1 for a, b in zip(counters, counters[1:], strict=False))
+    assert all(len(i) == 32 and i[:20] == ids[0][:20] for i in ids)
+
+
+def _child_id(q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    q.put(create_uniq_id())
+
+
+def test_a_forked_child_gets_its_own_id_prefix() -> None:
+    parent = create_uniq_id()  # the parent's generator exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child_id, args=(q,))
+    proc.start()
+    try:
+        child = q.get(timeout=10)
+    finally:
+        proc.join(10)
+    # ip (8 hex) | pid (4 hex) | per-process random (8 hex): the child's pid and seed differ.
+    assert child[8:20] != parent[8:20]
+    assert int(child[8:12], 16) == (proc.pid or 0) & 0xFFFF
+
+
+async def test_sends_beyond_the_in_flight_bound_wait_in_order_and_a_cancelled_one_is_skipped(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr, max_async_inflight=2, send_msg_timeout=400,
+                        retry_times_when_send_async_failed=0) as p:
+        await p.send(Message("HotTopic", b"warm"))  # route + open connection: the fast path applies
+        n0 = len(b.sends)
+        b.behaviour = lambda cmd: "hang"
+        futs = [p.send_async(Message("HotTopic", b"%d" % i)) for i in range(5)]
+        await wait_until(lambda: len(b.sends) - n0 == 2)
+        await asyncio.sleep(0.1)
+        assert len(b.sends) - n0 == 2 and p._async_permits.active == 2  # three wait for a permit
+        futs[2].cancel()  # a waiting send gives up: it must never reach the broker
+        b.behaviour = lambda cmd: "ok"
+        results = await asyncio.gather(*futs, return_exceptions=True)
+        assert [type(r).__name__ for r in results[:3]] == ["RemotingTimeoutError"] * 2 + ["CancelledError"]
+        assert all(r.status is SendStatus.SEND_OK for r in results[3:])  # type: ignore[union-attr]
+        assert [c.body for c in b.sends[n0:]] == [b"0", b"1", b"3", b"4"]
+        assert p._async_permits.active == 0 and not p._async_permits._waiters and not p._inflight
+
+
+async def test_retry_message_keeps_its_reconsume_times_when_the_first_send_must_connect(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    ns, b = fakes
+    topic = "%RETRY%hot_cg"
+    ns.add_route(topic, {"broker-a": b.addr})
+    async with Producer("hot_pg", ns.addr) as p:
+        await p.fetch_publish_message_queues(topic)  # route known, no broker connection yet
+        m = Message(topic, b"again", properties={"RECONSUME_TIME": "3", "MAX_RECONSUME_TIMES": "16"})
+        r = await p.send_async(m)
+        assert r.msg_id
+        ext = b.sends[-1].ext_fields
+        assert (ext["j"], ext["l"]) == ("3", "16")
