@@ -201,6 +201,11 @@ class BrokerController:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[Any]] = []
         self._register_wakeup: asyncio.Event | None = None
+        # Registration rounds started / finished, so an admin answer can wait for one that began
+        # after its change (see register_and_wait).
+        self._register_rounds_started = 0
+        self._register_rounds_done = 0
+        self._register_done: asyncio.Condition | None = None
         self._loaded = False
         self._started = False
         self._stopping = False
@@ -285,6 +290,21 @@ class BrokerController:
         if self._register_wakeup is not None:
             self._register_wakeup.set()
 
+    async def register_and_wait(self) -> None:
+        """Ask for a registration and wait, at most registerBrokerTimeoutMills, for one that started
+        after this call to finish. Java's updateAndCreateTopic registers before it answers, so a
+        client that creates a topic and then asks the NameServer for its route finds it."""
+        if self._register_wakeup is None or self._register_done is None:
+            return
+        if not self.broker_outer_api.namesrv_addr_list:
+            return
+        want = self._register_rounds_started + 1
+        self._register_wakeup.set()
+        done = self._register_done
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.broker_config.registerBrokerTimeoutMills / 1000.0), done:
+                await done.wait_for(lambda: self._register_rounds_done >= want)
+
     # ------------------------------------------------------------------ name server
 
     @property
@@ -321,11 +341,17 @@ class BrokerController:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._register_wakeup.wait(), wait_s)
             self._register_wakeup.clear()
+            self._register_rounds_started += 1
+            round_no = self._register_rounds_started
             try:
                 ok = await self.register_broker_all()
             except Exception:
                 log.exception("register_broker_all_failed")
                 ok = 0
+            self._register_rounds_done = round_no
+            if self._register_done is not None:
+                async with self._register_done:
+                    self._register_done.notify_all()
             all_ok = ok >= len(self.broker_outer_api.namesrv_addr_list)
             retry_s = 1.0 if all_ok else min(retry_s * 2, period_s)
 
@@ -371,6 +397,7 @@ class BrokerController:
         self.client_housekeeping_service.start()
         self.broker_stats.start()
         self._register_wakeup = asyncio.Event()
+        self._register_done = asyncio.Condition()
         registered = 0
         if self.broker_outer_api.namesrv_addr_list:
             registered = await self.register_broker_all()

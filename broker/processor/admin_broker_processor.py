@@ -147,7 +147,7 @@ class AdminBrokerProcessor:
 
     # ------------------------------------------------------------------ topics
 
-    def update_and_create_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    async def update_and_create_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(CreateTopicRequestHeader, cmd)
         topic = h.topic
         bad = tv.validate_topic(topic)
@@ -175,6 +175,7 @@ class AdminBrokerProcessor:
                 order=h.order,
             )
         )
+        await self.c.register_and_wait()  # answered once the NameServers know the topic (as Java)
         return reply(ResponseCode.SUCCESS)
 
     async def delete_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

@@ -263,3 +263,15 @@ async def test_send_lands_on_the_live_broker_when_one_is_down(tmp_path: Path, to
     finally:
         for d in reversed(daemons):
             d.terminate()
+
+
+async def test_created_topic_is_routable_as_soon_as_create_returns(real_cluster: RealCluster) -> None:
+    # Java's updateAndCreateTopic registers with the NameServers before answering; a client that
+    # creates a topic and asks for its route at once must find it (no wait, no retry).
+    async with Admin(real_cluster.namesrv_addr) as admin:
+        for i in range(5):
+            name = f"RoutableAtOnce_{i}_{time.monotonic_ns()}"
+            await admin.create_topic(name, cluster="DefaultCluster", read_queue_nums=2, write_queue_nums=2)
+            route = await admin.topic_route(name)
+            assert {b.broker_name for b in route.broker_datas} == {"broker-a", "broker-b"}
+            assert all(q.write_queue_nums == 2 for q in route.queue_datas)
