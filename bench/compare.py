@@ -306,6 +306,13 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         f"- Parameters: count {a.count:,} (sync_send {a.sync_count:,}; e2e {a.rate:,.0f} msg/s for "
         f"{a.e2e_seconds:g} s), {a.inflight} in flight for pipelined sends, {a.batch_inflight} batches of 32 in "
         "flight, this project's broker ASYNC_FLUSH (SYNC_FLUSH for that row).",
+        "- This project's broker config: "
+        + (
+            "upstream defaults except " + ", ".join(f"`{k}={v}`" for k, v in a.broker_overrides.items())
+            if a.broker_overrides
+            else "upstream defaults (e.g. maxTransferCountOnMessageInMemory=32 per pull)"
+        )
+        + ".",
         "",
         "## Throughput (msgs/s) and latency",
         "",
@@ -382,9 +389,20 @@ def main() -> int:
     ap.add_argument("--batch-inflight", type=int, default=8)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--no-peers", action="store_true", help="only this project (no install, no peer servers)")
+    ap.add_argument(
+        "--broker-set", action="append", default=[], metavar="KEY=VALUE",
+        help="a broker config override for this project's brokers (repeatable; shown in the report), "
+        "e.g. maxTransferCountOnMessageInMemory=256",
+    )
     ap.add_argument("--out", default=str(BENCH), help="where RESULTS.md, results.json and results.png go")
     a = ap.parse_args()
     a.workload_list = [w for w in a.workloads.split(",") if w]
+    a.broker_overrides = {}
+    for kv in a.broker_set:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--broker-set wants KEY=VALUE, got {kv!r}")
+        a.broker_overrides[key.strip()] = value.strip()
     unknown = set(a.workload_list) - set(WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workload(s): {', '.join(sorted(unknown))}; known: {', '.join(WORKLOADS)}")
@@ -401,7 +419,7 @@ def main() -> int:
     load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
-        big = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024, "flushDiskType": "ASYNC_FLUSH"}
+        big = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024, "flushDiskType": "ASYNC_FLUSH", **a.broker_overrides}
         ns, env["ns"] = start_namesrv(tmp / "a")
         daemons.append(ns)
         br, _ = start_broker(tmp / "a", env["ns"], extra=big)
@@ -455,7 +473,7 @@ def main() -> int:
         "versions": versions(),
         "load_before": load_before,
         "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
-        "params": {k: v for k, v in vars(a).items() if k != "workload_list"},
+        "params": {k: v for k, v in vars(a).items() if k not in ("workload_list", "broker_overrides")},
     }
     (out_dir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
     write_report(summary, meta, a, out_dir / "RESULTS.md")
