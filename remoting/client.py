@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable
 
 import structlog
@@ -13,145 +12,12 @@ import structlog
 from .codec import MAX_FRAME_SIZE
 from .codes import SerializeType
 from .command import OpaqueGenerator, RemotingCommand
-from .connection import RemotingConnection, RequestDispatcher, _Pending
-from .errors import RemotingConnectError, RemotingError, RemotingTimeoutError, RemotingTooMuchRequestError
+from .connection import RemotingConnection, RequestDispatcher, ResponseCallback
+from .errors import RemotingConnectError, RemotingError
 
 log = structlog.get_logger(__name__)
 
-ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
-
-
-def _noop_callback(response: RemotingCommand | None, exc: BaseException | None) -> None:
-    return None
-
-
-class _CallbackSlot(_Pending):
-    """A connection's pending-table entry that is its own response "future" (the connection only
-    calls done/set_result/set_exception on `entry.future`): the response callback runs right inside
-    data_received (or connection_lost), so a pipelined request costs no Future, no scheduled
-    done-callback and no per-request timer. Time-outs come from RemotingClient's _TimeoutScan."""
-
-    __slots__ = ("callback", "conn", "opaque", "deadline", "finished")
-
-    def __init__(
-        self, callback: ResponseCallback, conn: RemotingConnection, opaque: int, code: int, started: float,
-        timeout_ms: float,
-    ) -> None:
-        # _Pending's fields, minus `future` (the property below): no per-request timer.
-        self.code = code
-        self.started = started
-        self.timeout_ms = timeout_ms
-        self.timer = None
-        self.callback = callback
-        self.conn = conn
-        self.opaque = opaque
-        self.deadline = started + timeout_ms / 1000.0
-        self.finished = False
-
-    @property  # type: ignore[override]
-    def future(self) -> _CallbackSlot:  # a property, not a self-reference: no reference cycle
-        return self
-
-    def done(self) -> bool:
-        return self.finished
-
-    def set_result(self, response: RemotingCommand) -> None:
-        self._finish(response, None)
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._finish(None, exc)
-
-    def _finish(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        callback = self.callback
-        # A finished slot may wait in _TimeoutScan's FIFO behind an unanswered one: keep it small
-        # (the callback holds the whole send).
-        self.callback = _noop_callback
-        try:
-            callback(response, exc)
-        except Exception:  # runs inside the protocol's data_received: never let it break the read loop
-            log.exception("response_callback_failed", peer=self.conn.remote_addr, opaque=self.opaque)
-
-    def expire(self, now: float) -> None:
-        pending = self.conn._pending
-        if pending.get(self.opaque) is self:
-            del pending[self.opaque]
-        self._finish(None, RemotingTimeoutError(
-            self.conn.remote_addr, self.code, (now - self.started) * 1000.0, self.timeout_ms
-        ))
-
-
-_COMPACT_MIN = 4096  # _TimeoutScan: smallest FIFO worth compacting
-
-
-class _TimeoutScan:
-    """Time-outs of callback requests without a timer each (Java's scanResponseTable, but exact):
-    one FIFO per time-out value, so deadlines in a FIFO only grow; answered heads are dropped as
-    new requests are added, and one loop timer fires at the earliest unanswered deadline. An
-    unanswered head holds answered slots (small: their callbacks are dropped) behind it; when a FIFO
-    doubles past its last compaction it is compacted, so it stays O(requests in flight)."""
-
-    __slots__ = ("_queues", "_compact_at", "_handle", "_due")
-
-    def __init__(self) -> None:
-        self._queues: dict[float, deque[_CallbackSlot]] = {}
-        self._compact_at: dict[float, int] = {}
-        self._handle: asyncio.TimerHandle | None = None
-        self._due = 0.0
-
-    def add(self, slot: _CallbackSlot) -> None:
-        key = slot.timeout_ms
-        dq = self._queues.get(key)
-        if dq is None:
-            dq = self._queues[key] = deque()
-        else:
-            while dq and dq[0].finished:  # amortised O(1): keeps the FIFO at about the in-flight count
-                dq.popleft()
-            if len(dq) >= self._compact_at.get(key, _COMPACT_MIN):
-                live = deque(s for s in dq if not s.finished)
-                self._queues[key] = dq = live
-                self._compact_at[key] = max(_COMPACT_MIN, 2 * len(live))
-        dq.append(slot)
-        if self._handle is None or slot.deadline < self._due:
-            self._arm(slot.deadline)
-
-    def _arm(self, due: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._due = due
-        loop = asyncio.get_running_loop()
-        # call_at takes loop.time(); deadlines are time.monotonic() (the same clock on Linux, but
-        # convert anyway).
-        self._handle = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._scan)
-
-    def _scan(self) -> None:
-        self._handle = None
-        now = time.monotonic()
-        due = float("inf")
-        for key in list(self._queues):
-            dq = self._queues[key]
-            while dq:
-                s = dq[0]
-                if s.finished:
-                    dq.popleft()
-                elif s.deadline <= now:
-                    dq.popleft()
-                    s.expire(now)
-                else:
-                    due = min(due, s.deadline)
-                    break
-            if not dq:
-                del self._queues[key]
-                self._compact_at.pop(key, None)
-        if due != float("inf"):
-            self._arm(due)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+_JSON = SerializeType.JSON  # bound once: an Enum class attribute lookup is not free, and this runs per request
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -180,7 +46,6 @@ class RemotingClient:
         self._conns: dict[str, RemotingConnection] = {}
         self._connecting: dict[str, asyncio.Future[RemotingConnection]] = {}
         self._opaque = OpaqueGenerator()
-        self._timeouts = _TimeoutScan()
         self._closed = False
         self._close_listeners: list[Callable[[str], None]] = []
         # Per-address override of serialize_type (e.g. MSGPACK to a broker that said it speaks it);
@@ -251,10 +116,14 @@ class RemotingClient:
         self._conns[addr] = conn
         return conn
 
+    def serialize_type_for(self, addr: str) -> SerializeType:
+        """The header format requests to addr go out in (unless a request asks for another)."""
+        return self.addr_serialize_types.get(addr, self.serialize_type)
+
     def _prepare(self, cmd: RemotingCommand, addr: str) -> RemotingCommand:
-        if cmd.serialize_type is SerializeType.JSON:
+        if cmd.serialize_type is _JSON:
             st = self.addr_serialize_types.get(addr, self.serialize_type)
-            if st is not SerializeType.JSON:
+            if st is not _JSON:
                 cmd.serialize_type = st
         return cmd
 
@@ -298,20 +167,7 @@ class RemotingClient:
         conn = self._conns.get(addr)
         if conn is None or conn.closed or not conn.is_writable:
             return False
-        pending = conn._pending
-        if len(pending) >= self.max_inflight:
-            raise RemotingTooMuchRequestError(f"{len(pending)} requests already in flight to {conn.remote_addr}")
-        self._prepare(cmd, addr)
-        opaque = cmd.opaque = self._opaque.next()
-        started = time.monotonic()
-        slot = _CallbackSlot(callback, conn, opaque, cmd.code, started, timeout_ms)
-        pending[opaque] = slot
-        try:
-            conn.send(cmd)
-        except Exception:
-            pending.pop(opaque, None)
-            raise
-        self._timeouts.add(slot)
+        conn.invoke_callback(self._prepare(cmd, addr), timeout_ms, callback)
         return True
 
     async def invoke_async(
@@ -349,7 +205,6 @@ class RemotingClient:
 
     async def close(self) -> None:
         self._closed = True
-        self._timeouts.cancel()  # connection_lost fails what is still pending
         conns = list(self._conns.values())
         self._conns.clear()
         for c in conns:

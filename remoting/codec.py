@@ -32,6 +32,14 @@ _json_loads = json.loads
 _msgpack_packb = msgpack.Packer(use_bin_type=True).pack
 _msgpack_unpackb = msgpack.unpackb
 _language = LanguageCode.parse
+# Enum members bound once: a class attribute lookup on an Enum costs as much as a short function call,
+# and these run for every frame.
+_JSON = SerializeType.JSON
+_ROCKETMQ = SerializeType.ROCKETMQ
+_MSGPACK = SerializeType.MSGPACK
+_LANGUAGE_BY_NUMBER = {int(m): m for m in LanguageCode}
+# The msgpack header is a 7-array; its first byte (fixarray of 7) for spliced headers.
+_FIXARRAY7 = b"\x97"
 
 
 def _wire_str(v: Any) -> str:
@@ -97,10 +105,16 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
 
 
 def encode_msgpack_header(cmd: RemotingCommand) -> bytes:
-    # Compact positional form: [code, language, version, opaque, flag, remark, extFields].
-    return _msgpack_packb(
-        [cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields]
-    )
+    # Compact positional form: [code, language, version, opaque, flag, remark, extFields]. msgpack packs
+    # the IntEnum language as the plain int it is.
+    packed_ext = cmd.packed_ext
+    if packed_ext is not None:
+        # The builder already has extFields in msgpack form (the producer's cached SEND_MESSAGE_V2
+        # pieces): pack the six scalars as a 6-array and splice the map in as the 7th element.
+        return _FIXARRAY7 + _msgpack_packb((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark))[
+            1:
+        ] + packed_ext
+    return _msgpack_packb((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields))
 
 
 _HEADER_ENCODERS = {
@@ -114,17 +128,20 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     return _HEADER_ENCODERS[cmd.serialize_type](cmd)
 
 
+_pack_prefix = _PREFIX.pack
+
+
 def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes | bytearray | memoryview | None]:
     """Prefix+header as one bytes object, and the body untouched (so large bodies are not copied)."""
-    header = encode_header(cmd)
+    st = cmd.serialize_type
+    header = encode_msgpack_header(cmd) if st is _MSGPACK else _HEADER_ENCODERS[st](cmd)
     body = cmd.body
     blen = len(body) if body is not None else 0
     hlen = len(header)
     total = 4 + hlen + blen
     if total > MAX_FRAME_SIZE:
         raise ProtocolError(f"frame of {total} bytes exceeds the {MAX_FRAME_SIZE} byte limit")
-    prefix = _PREFIX.pack(total, (int(cmd.serialize_type) << 24) | hlen)
-    return prefix + header, (body if blen else None)
+    return _pack_prefix(total, (st << 24) | hlen) + header, (body if blen else None)
 
 
 def encode(cmd: RemotingCommand) -> bytes:
@@ -212,14 +229,20 @@ def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
 
 def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
     try:
-        code, lang, version, opaque, flag, remark, ext = _msgpack_unpackb(data, raw=False)
-        if ext is not None and not isinstance(ext, dict):
+        code, lang, version, opaque, flag, remark, ext = _msgpack_unpackb(data)  # (raw=False: msgpack's default)
+        if ext is not None and ext.__class__ is not dict:
             raise ProtocolError("msgpack header extFields is not a map")
-        if code.__class__ is not int or opaque.__class__ is not int or flag.__class__ is not int:
-            code, opaque, flag = int(code), int(opaque), int(flag)
+        if (
+            code.__class__ is not int
+            or opaque.__class__ is not int
+            or flag.__class__ is not int
+            or version.__class__ is not int
+        ):
+            code, opaque, flag, version = int(code), int(opaque), int(flag), int(version)
+        language = _LANGUAGE_BY_NUMBER.get(lang) if lang.__class__ is int else None
         # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type.
         return RemotingCommand(
-            code, opaque, flag, remark, ext, None, _language(lang), int(version), SerializeType.MSGPACK
+            code, opaque, flag, remark, ext, None, language or _language(lang), version, _MSGPACK
         )
     except ProtocolError:
         raise

@@ -24,6 +24,10 @@ class RemotingCommand:
     serialize_type: SerializeType = SerializeType.JSON
     # Set by the decoder: total frame size, for stats only.
     frame_size: int = field(default=0, compare=False)
+    # Optional: ext_fields already in msgpack map form, spliced in as is when the command is sent with
+    # SerializeType.MSGPACK (ignored by JSON/ROCKETMQ). Whoever sets it must keep it equal to
+    # ext_fields; anything that edits ext_fields afterwards must reset it to None.
+    packed_ext: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

@@ -362,8 +362,34 @@ def _resume(coro: Any, first: Any) -> Any:
     return (yield from coro)
 
 
+ResponseCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+
+
+def _noop_callback(response: RemotingCommand | None, exc: BaseException | None) -> None:
+    return None
+
+
 class _Pending:
-    __slots__ = ("future", "code", "started", "timer", "timeout_ms")
+    """A request waiting for its response in a connection's table: the connection calls resolve() or
+    fail() once, after taking the entry out of the table."""
+
+    __slots__ = ("code", "started", "timeout_ms")
+
+    code: int
+    started: float
+    timeout_ms: float
+
+    def resolve(self, response: RemotingCommand) -> None:
+        raise NotImplementedError
+
+    def fail(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+
+class _FuturePending(_Pending):
+    """invoke_future's entry: a Future and its own time-out timer."""
+
+    __slots__ = ("future", "timer")
 
     def __init__(self, future: asyncio.Future[RemotingCommand], code: int, started: float, timeout_ms: float):
         self.future = future
@@ -371,6 +397,137 @@ class _Pending:
         self.started = started
         self.timeout_ms = timeout_ms
         self.timer: asyncio.TimerHandle | None = None
+
+    def resolve(self, response: RemotingCommand) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():
+            self.future.set_result(response)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class _CallbackPending(_Pending):
+    """invoke_callback's entry: the response callback runs right inside data_received (or
+    connection_lost), so a pipelined request costs no Future, no scheduled done-callback and no timer
+    of its own; its time-out comes from the connection's _TimeoutScan."""
+
+    __slots__ = ("callback", "conn", "opaque", "deadline", "finished")
+
+    def __init__(
+        self, callback: ResponseCallback, conn: RemotingConnection, opaque: int, code: int, started: float,
+        timeout_ms: float,
+    ) -> None:
+        self.code = code
+        self.started = started
+        self.timeout_ms = timeout_ms
+        self.callback = callback
+        self.conn = conn
+        self.opaque = opaque
+        self.deadline = started + timeout_ms / 1000.0
+        self.finished = False
+
+    def resolve(self, response: RemotingCommand) -> None:
+        self._finish(response, None)
+
+    def fail(self, exc: BaseException) -> None:
+        self._finish(None, exc)
+
+    def _finish(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        callback = self.callback
+        # A finished entry may wait in _TimeoutScan's FIFO behind an unanswered one: keep it small
+        # (the callback holds the whole request's state).
+        self.callback = _noop_callback
+        try:
+            callback(response, exc)
+        except Exception:  # runs inside data_received: never let it break the read loop
+            log.exception("response_callback_failed", peer=self.conn.remote_addr, opaque=self.opaque)
+
+    def expire(self, now: float) -> None:
+        pending = self.conn._pending
+        if pending.get(self.opaque) is self:
+            del pending[self.opaque]
+        self._finish(None, RemotingTimeoutError(
+            self.conn.remote_addr, self.code, (now - self.started) * 1000.0, self.timeout_ms
+        ))
+
+
+_COMPACT_MIN = 4096  # _TimeoutScan: smallest FIFO worth compacting
+
+
+class _TimeoutScan:
+    """Time-outs of a connection's callback requests without a timer each (Java's scanResponseTable,
+    but exact): one FIFO per time-out value, so deadlines in a FIFO only grow; answered heads are
+    dropped as new requests are added, and one loop timer fires at the earliest unanswered deadline.
+    An unanswered head holds answered entries (small: their callbacks are dropped) behind it; when a
+    FIFO doubles past its last compaction it is compacted, so it stays O(requests in flight)."""
+
+    __slots__ = ("_queues", "_compact_at", "_handle", "_due")
+
+    def __init__(self) -> None:
+        self._queues: dict[float, deque[_CallbackPending]] = {}
+        self._compact_at: dict[float, int] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    def add(self, entry: _CallbackPending) -> None:
+        key = entry.timeout_ms
+        dq = self._queues.get(key)
+        if dq is None:
+            dq = self._queues[key] = deque()
+        else:
+            while dq and dq[0].finished:  # amortised O(1): keeps the FIFO at about the in-flight count
+                dq.popleft()
+            if len(dq) >= self._compact_at.get(key, _COMPACT_MIN):
+                live = deque(s for s in dq if not s.finished)
+                self._queues[key] = dq = live
+                self._compact_at[key] = max(_COMPACT_MIN, 2 * len(live))
+        dq.append(entry)
+        if self._handle is None or entry.deadline < self._due:
+            self._arm(entry.deadline)
+
+    def _arm(self, due: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._due = due
+        loop = asyncio.get_running_loop()
+        # call_at takes loop.time(); deadlines are time.monotonic() (the same clock on Linux, but
+        # convert anyway).
+        self._handle = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._scan)
+
+    def _scan(self) -> None:
+        self._handle = None
+        now = time.monotonic()
+        due = float("inf")
+        for key in list(self._queues):
+            dq = self._queues[key]
+            while dq:
+                s = dq[0]
+                if s.finished:
+                    dq.popleft()
+                elif s.deadline <= now:
+                    dq.popleft()
+                    s.expire(now)
+                else:
+                    due = min(due, s.deadline)
+                    break
+            if not dq:
+                del self._queues[key]
+                self._compact_at.pop(key, None)
+        if due != float("inf"):
+            self._arm(due)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class RemotingConnection(asyncio.Protocol):
@@ -389,6 +546,7 @@ class RemotingConnection(asyncio.Protocol):
         self._dispatcher = dispatcher
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: dict[int, _Pending] = {}
+        self._timeouts: _TimeoutScan | None = None  # invoke_callback's time-outs, made on first use
         self._opaque = opaque or OpaqueGenerator()
         self._on_close = on_close
         self._max_inflight = max_inflight
@@ -439,10 +597,7 @@ class RemotingConnection(asyncio.Protocol):
                 if p is None:
                     log.debug("response_without_request", peer=self.remote_addr, opaque=cmd.opaque)
                     continue
-                if p.timer is not None:
-                    p.timer.cancel()
-                if not p.future.done():
-                    p.future.set_result(cmd)
+                p.resolve(cmd)
             else:
                 requests.append(cmd)
         if not requests:
@@ -470,12 +625,11 @@ class RemotingConnection(asyncio.Protocol):
             self.connected.set_exception(
                 RemotingConnectionClosedError(self.remote_addr, reason="connection lost before it was ready")
             )
+        if self._timeouts is not None:
+            self._timeouts.cancel()
         pending, self._pending = self._pending, {}
         for p in pending.values():
-            if p.timer is not None:
-                p.timer.cancel()
-            if not p.future.done():
-                p.future.set_exception(RemotingConnectionClosedError(self.remote_addr, p.code))
+            p.fail(RemotingConnectionClosedError(self.remote_addr, p.code))
         if self._on_close is not None:
             try:
                 self._on_close(self)
@@ -561,7 +715,7 @@ class RemotingConnection(asyncio.Protocol):
             )
         cmd.opaque = self._opaque.next()
         fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
-        p = _Pending(fut, cmd.code, time.monotonic(), timeout_ms)
+        p = _FuturePending(fut, cmd.code, time.monotonic(), timeout_ms)
         self._pending[cmd.opaque] = p
         try:
             self.send(cmd)
@@ -573,9 +727,32 @@ class RemotingConnection(asyncio.Protocol):
 
     def _expire(self, opaque: int) -> None:
         p = self._pending.pop(opaque, None)
-        if p is not None and not p.future.done():
+        if p is not None:
             elapsed = (time.monotonic() - p.started) * 1000.0
-            p.future.set_exception(RemotingTimeoutError(self.remote_addr, p.code, elapsed, p.timeout_ms))
+            p.fail(RemotingTimeoutError(self.remote_addr, p.code, elapsed, p.timeout_ms))
+
+    def invoke_callback(self, cmd: RemotingCommand, timeout_ms: float, callback: ResponseCallback) -> None:
+        """The cheapest pipelined request: send now, then call callback(response, None) or
+        callback(None, error) (RemotingTimeoutError naming the peer, code and elapsed ms, or
+        RemotingConnectionClosedError) exactly once, synchronously from the read path (or the
+        connection's time-out scan). No Future and no timer per request. The callback must not raise
+        (it is logged) and must not block. Raises RemotingTooMuchRequestError or
+        RemotingSendRequestError (nothing sent, callback not called)."""
+        pending = self._pending
+        if len(pending) >= self._max_inflight:
+            raise RemotingTooMuchRequestError(f"{len(pending)} requests already in flight to {self.remote_addr}")
+        opaque = cmd.opaque = self._opaque.next()
+        entry = _CallbackPending(callback, self, opaque, cmd.code, time.monotonic(), timeout_ms)
+        pending[opaque] = entry
+        try:
+            self.send(cmd)
+        except Exception:
+            pending.pop(opaque, None)
+            raise
+        timeouts = self._timeouts
+        if timeouts is None:
+            timeouts = self._timeouts = _TimeoutScan()
+        timeouts.add(entry)
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: float) -> RemotingCommand:
         return await self.invoke_future(cmd, timeout_ms)

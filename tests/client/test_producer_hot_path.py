@@ -158,3 +158,26 @@ async def test_retry_message_keeps_its_reconsume_times_when_the_first_send_must_
         assert r.msg_id
         ext = b.sends[-1].ext_fields
         assert (ext["j"], ext["l"]) == ("3", "16")
+
+
+async def test_a_completed_async_send_is_freed_without_the_cyclic_gc(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    """A pipelined send's future and its in-flight state must not form a reference cycle once answered:
+    cycles pile up until a gc pass, which was most of the client's gc time on pipelined sends."""
+    import gc
+    import weakref
+
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        gc.disable()
+        try:
+            fut = p.send_async(Message("HotTopic", b"x"))
+            assert getattr(fut, "_fast", None) is not None  # it did take the fast path
+            r = await fut
+            assert r.status is SendStatus.SEND_OK
+            await asyncio.sleep(0)  # let the future's own done-callbacks run
+            ref = weakref.ref(fut)
+            del fut, r
+            assert ref() is None
+        finally:
+            gc.enable()

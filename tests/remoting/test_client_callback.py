@@ -1,5 +1,6 @@
-"""RemotingClient.invoke_callback_nowait: pipelined requests answered through a callback run from the
-read path, with time-outs from one shared scan instead of a timer per request."""
+"""RemotingConnection.invoke_callback (and RemotingClient.invoke_callback_nowait on top of it): pipelined
+requests answered through a callback run from the read path, with time-outs from one scan per connection
+instead of a timer per request."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from remoting import (
     RemotingClient,
     RemotingCommand,
     RemotingConnectionClosedError,
+    RemotingSendRequestError,
     RemotingServer,
     RemotingTimeoutError,
+    RemotingTooMuchRequestError,
     RequestContext,
     RequestDispatcher,
     ResponseCode,
@@ -164,6 +167,46 @@ async def test_answered_requests_behind_an_unanswered_one_are_not_kept(server, c
         for _ in range(1000):
             assert client.invoke_callback_nowait(addr, RemotingCommand.request(ECHO, {"v": "x"}), 3000, done)
         await done.wait(1000 * (i + 1))
-    fifo = client._timeouts._queues[3000]
+    (conn,) = client._conns.values()
+    fifo = conn._timeouts._queues[3000]
     assert len(fifo) <= 8192  # compacted: not one entry per request ever sent
     assert sum(not s.finished for s in fifo) == 1 and not hung.got
+
+
+async def test_connection_invoke_callback_is_public_and_bounded(server) -> None:
+    """The connection-level API: it registers its own pending entry, bounds the in-flight count and
+    fails at once, without calling back, when nothing could be sent."""
+    _, addr = server
+    c = RemotingClient(max_inflight_per_connection=2)
+    try:
+        await c.invoke(addr, RemotingCommand.request(ECHO, {"v": "warm"}))
+        conn = await c.get_connection(addr)
+        hung = Outcomes()
+        conn.invoke_callback(RemotingCommand.request(NEVER), 3000, hung)
+        conn.invoke_callback(RemotingCommand.request(NEVER), 3000, hung)
+        assert conn.pending_count == 2
+        with pytest.raises(RemotingTooMuchRequestError):
+            conn.invoke_callback(RemotingCommand.request(ECHO, {"v": "x"}), 3000, hung)
+        assert conn.pending_count == 2
+        conn.close()
+        await hung.wait(2)
+        assert all(isinstance(e, RemotingConnectionClosedError) for _, e, _ in hung.got)
+        assert conn.pending_count == 0
+        out = Outcomes()
+        with pytest.raises(RemotingSendRequestError):
+            conn.invoke_callback(RemotingCommand.request(ECHO, {"v": "y"}), 3000, out)
+        assert conn.pending_count == 0 and not out.got
+    finally:
+        await c.close()
+
+
+async def test_connection_invoke_callback_answers_with_its_own_response(server, client) -> None:
+    _, addr = server
+    await client.invoke(addr, RemotingCommand.request(ECHO, {"v": "warm"}))
+    conn = await client.get_connection(addr)
+    out = Outcomes()
+    for v in ("a", "b", "c"):
+        conn.invoke_callback(RemotingCommand.request(ECHO, {"v": v}), 3000, out)
+    await out.wait(3)
+    assert [r.ext("v") for r, e, _ in out.got if r is not None] == ["a", "b", "c"]
+    assert conn.pending_count == 0
