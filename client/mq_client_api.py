@@ -490,6 +490,16 @@ class MQClientAPIImpl:
         )
         return self.process_pull_response(resp, addr, decode=decode)
 
+    async def pull_message_ext(
+        self, addr: str, ext_fields: dict[str, str], timeout_ms: float, *, decode: bool = True
+    ) -> PullResult:
+        """pull_message with the header already in wire form (PullAPIWrapper's per-queue
+        template): no header object per pull."""
+        resp = await self.remoting.invoke(
+            addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext_fields), timeout_ms
+        )
+        return self.process_pull_response(resp, addr, decode=decode)
+
     async def query_consumer_offset(
         self, addr: str, group: str, topic: str, queue_id: int, timeout_ms: float | None = None
     ) -> int:

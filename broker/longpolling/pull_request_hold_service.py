@@ -40,6 +40,7 @@ class PullRequest:
         "timeout_millis",
         "timer",
         "done",
+        "header",
     )
 
     def __init__(
@@ -51,6 +52,7 @@ class PullRequest:
         pull_from_this_offset: int,
         message_filter: Any,
         timeout_millis: int,
+        header: Any = None,
     ) -> None:
         self.ctx = ctx
         self.request = request
@@ -62,6 +64,8 @@ class PullRequest:
         self.timeout_millis = timeout_millis
         self.timer: asyncio.TimerHandle | None = None
         self.done = False
+        # The request's decoded header: the wake-up re-run skips decoding it again.
+        self.header = header
 
     @property
     def deadline(self) -> float:

@@ -74,26 +74,34 @@ class PullMessageProcessor:
                     f"{int(waited)}ms, size of queue: {self.c.pending_in_group('pull')}",
                 )
         try:
-            result = self._process(ctx, cmd, broker_allow_suspend=True)
+            h = decode_header(PullMessageRequestHeader, cmd)
+            result = self._process(ctx, cmd, h, broker_allow_suspend=True)
         except BadRequest as e:
             return e.response
         if result is _AWAIT_DISPATCH:
-            return self._after_dispatch(ctx, cmd)
+            return self._after_dispatch(ctx, cmd, h)
         return result
 
-    async def _after_dispatch(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    async def _after_dispatch(
+        self, ctx: RequestContext, cmd: RemotingCommand, h: PullMessageRequestHeader
+    ) -> RemotingCommand | None:
         """A pull that would not be held found nothing while the store still had undispatched
         writes: wait for them (bounded) so a reader sees what was acknowledged before its pull."""
         await await_dispatch(self.c.message_store)
         try:
-            return self._process(ctx, cmd, broker_allow_suspend=True, dispatch_checked=True)
+            return self._process(ctx, cmd, h, broker_allow_suspend=True, dispatch_checked=True)
         except BadRequest as e:
             return e.response
 
     def execute_request_when_wakeup(self, req: PullRequest) -> None:
-        """Re-run a held pull (woken or timed out), without holding it again, and answer it."""
+        """Re-run a held pull (woken or timed out), without holding it again, and answer it. Every
+        check runs again (as RocketMQ's re-run of processRequest does); only the header decode is
+        reused."""
         try:
-            response = self._process(req.ctx, req.request, broker_allow_suspend=False, dispatch_checked=True)
+            h = req.header
+            if h is None:
+                h = decode_header(PullMessageRequestHeader, req.request)
+            response = self._process(req.ctx, req.request, h, broker_allow_suspend=False, dispatch_checked=True)
         except BadRequest as e:
             response = e.response
         except Exception as e:  # never lose a held pull silently
@@ -137,11 +145,16 @@ class PullMessageProcessor:
         return ExpressionMessageFilter.from_subscription(sd)
 
     def _process(
-        self, ctx: RequestContext, cmd: RemotingCommand, *, broker_allow_suspend: bool, dispatch_checked: bool = False
+        self,
+        ctx: RequestContext,
+        cmd: RemotingCommand,
+        h: PullMessageRequestHeader,
+        *,
+        broker_allow_suspend: bool,
+        dispatch_checked: bool = False,
     ) -> Any:
         c = self.c
         bc = c.broker_config
-        h = decode_header(PullMessageRequestHeader, cmd)
         if not PermName.is_readable(bc.brokerPermission):
             return reply(ResponseCode.NO_PERMISSION, f"the broker[{bc.brokerIP1}] pulling message is forbidden")
 
@@ -197,12 +210,13 @@ class PullMessageProcessor:
         suggest = mix_all.MASTER_ID
         if bc.slaveReadEnable:
             suggest = sgc.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else sgc.broker_id
-        ext = PullMessageResponseHeader(
-            suggest_which_broker_id=suggest,
-            next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset,
-            max_offset=result.max_offset,
-        ).encode()
+        # PullMessageResponseHeader's wire form, built directly (every pull answer carries it).
+        ext = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
             code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
@@ -232,7 +246,7 @@ class PullMessageProcessor:
             return _AWAIT_DISPATCH
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             polling = suspend_timeout if bc.longPollingEnable else bc.shortPollingTimeMills
-            req = PullRequest(ctx, cmd, h.topic, h.queue_id, h.queue_offset, message_filter, polling)
+            req = PullRequest(ctx, cmd, h.topic, h.queue_id, h.queue_offset, message_filter, polling, h)
             if c.pull_request_hold_service.suspend_pull_request(req):
                 response = None
             else:

@@ -26,12 +26,15 @@ if TYPE_CHECKING:
 
 __all__ = ["PullAPIWrapper"]
 
+_MAX_TEMPLATES = 65536  # bound on cached header templates (one per pulled queue)
+
 
 class PullAPIWrapper:
     def __init__(self, instance: MQClientInstance, group: str) -> None:
         self.instance = instance
         self.group = group
         self._pull_from_which_node: dict[MessageQueue, int] = {}
+        self._templates: dict[MessageQueue, tuple[tuple[object, ...], dict[str, str]]] = {}
 
     def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
         return self._pull_from_which_node.get(mq, MASTER_ID)
@@ -62,23 +65,39 @@ class PullAPIWrapper:
         timeout_ms: float = 30_000,
     ) -> PullResult:
         """Pull `max_nums` messages of `mq` from `offset` (long polling when `suspend`), processed."""
-        addr, is_slave = await self._find_broker(mq)
+        inst = self.instance
+        found = inst.find_broker_address_in_subscribe(mq.broker_name, self._pull_from_which_node.get(mq, MASTER_ID), False)
+        addr, is_slave = found if found is not None else await self._find_broker(mq)
         sys_flag = PullSysFlag.build(commit_enable and not is_slave, suspend, True, sd.class_filter_mode)
-        header = PullMessageRequestHeader(
+        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms if suspend else 0).copy()
+        ext["queueOffset"] = str(offset)
+        ext["sysFlag"] = str(sys_flag)
+        ext["commitOffset"] = str(commit_offset)
+        result = await inst.api.pull_message_ext(addr, ext, timeout_ms)
+        return self.process_pull_result(mq, result, sd)
+
+    def _header_template(self, mq: MessageQueue, sd: SubscriptionData, max_nums: int, suspend_timeout_ms: int) -> dict[str, str]:
+        """PullMessageRequestHeader's wire form without the per-pull fields (queueOffset, sysFlag,
+        commitOffset), built once per queue and subscription version: a pull copies it."""
+        key = (sd.sub_string, sd.sub_version, sd.expression_type, max_nums, suspend_timeout_ms)
+        cached = self._templates.get(mq)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        tmpl = PullMessageRequestHeader(
             consumer_group=self.group,
             topic=mq.topic,
             queue_id=mq.queue_id,
-            queue_offset=offset,
+            queue_offset=0,
             max_msg_nums=max_nums,
-            sys_flag=sys_flag,
-            commit_offset=commit_offset,
-            suspend_timeout_millis=suspend_timeout_ms if suspend else 0,
+            suspend_timeout_millis=suspend_timeout_ms,
             subscription=sd.sub_string,
             sub_version=sd.sub_version,
             expression_type=sd.expression_type,
-        )
-        result = await self.instance.api.pull_message(addr, header, timeout_ms)
-        return self.process_pull_result(mq, result, sd)
+        ).encode()
+        if len(self._templates) >= _MAX_TEMPLATES:
+            self._templates.clear()
+        self._templates[mq] = (key, tmpl)
+        return tmpl
 
     def process_pull_result(self, mq: MessageQueue, result: PullResult, sd: SubscriptionData) -> PullResult:
         self._pull_from_which_node[mq] = result.suggest_which_broker_id

@@ -24,6 +24,8 @@ log = structlog.get_logger(__name__)
 
 __all__ = ["PullMessageService", "PullRequest"]
 
+_YIELD_EVERY = 16  # back-to-back pulls of one queue between forced yields to the loop
+
 
 @dataclass(eq=False, slots=True)
 class PullRequest:
@@ -91,14 +93,22 @@ class PullMessageService:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         pq = req.process_queue
+        back_to_back = 0
         while not self._stopped and not pq.dropped:
             delay = await self._pull_once(req)
             if delay is None:
                 return
             if delay > 0:
+                back_to_back = 0
                 await asyncio.sleep(delay)
             else:
-                await asyncio.sleep(0)  # let other queues' loops run between back-to-back pulls
+                # The next pull goes out at once (a pull awaits its answer, so other queues' loops
+                # run meanwhile); a yield every few back-to-back pulls guards against a pull_once
+                # that returns without awaiting anything.
+                back_to_back += 1
+                if back_to_back >= _YIELD_EVERY:
+                    back_to_back = 0
+                    await asyncio.sleep(0)
 
     def stop_queue(self, mq: MessageQueue, pq: ProcessQueue | None = None) -> None:
         """Cancel the queue's loop (its ProcessQueue was dropped); with `pq`, only a loop feeding it."""
