@@ -33,7 +33,7 @@ from remoting.message import (
     host_to_bytes,
 )
 
-from .dispatch import DispatchRequest
+from .dispatch import RUN_MARK, DispatchRequest
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import MessageExtBrokerInner
@@ -62,6 +62,77 @@ _CACHE_LIMIT = 4096
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class MessageBatch:
+    """One batch send (MessageExtBatch) as the store takes it: the fields every message of a batch shares
+    once, and per message only flag, body and properties -- no MessageExtBrokerInner per message. The
+    put path writes its records in one tight loop (CommitLog._prepare_batch / put_many)."""
+
+    __slots__ = (
+        "topic",
+        "queue_id",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "store_host",
+        "reconsume_times",
+        "flags",
+        "bodies",
+        "properties_list",
+        "properties_strings",
+        "store_timestamp",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int,
+        flags: list[int],
+        bodies: list[bytes],
+        properties_list: list[dict[str, str]],
+        properties_strings: list[str],
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.flags = flags
+        self.bodies = bodies
+        self.properties_list = properties_list  # each message's own properties plus the batch's
+        self.properties_strings = properties_strings  # what is stored: the above without WAIT
+        self.store_timestamp = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The first message's properties (what a caller reading msgs[0] of a list would see)."""
+        return self.properties_list[0] if self.properties_list else {}
+
+    def is_wait_store_msg_ok(self) -> bool:
+        return self.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
+
+    def to_messages(self) -> list[MessageExtBrokerInner]:
+        """The batch as one MessageExtBrokerInner per message (slow paths and wrappers)."""
+        return [
+            MessageExtBrokerInner(
+                self.topic, body, self.queue_id, flag, props, ps, 0, self.sys_flag, self.born_timestamp,
+                self.born_host, self.store_host, self.reconsume_times,
+            )
+            for flag, body, props, ps in zip(
+                self.flags, self.bodies, self.properties_list, self.properties_strings, strict=True
+            )
+        ]
 
 
 class CommitLog:
@@ -425,6 +496,13 @@ class CommitLog:
             if not msgs:
                 results[ui] = PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty message batch")
                 continue
+            if type(msgs) is MessageBatch:
+                pb_or_bad = self._prepare_batch(msgs, max_body, max_total)
+                if type(pb_or_bad) is _PreparedBatch:
+                    prepared.append((ui, pb_or_bad, pb_or_bad.total))  # type: ignore[arg-type]
+                else:
+                    results[ui] = pb_or_bad  # type: ignore[assignment]
+                continue
             prepared_items: list[tuple[Any, ...]] = []
             add_item = prepared_items.append
             total = 0
@@ -511,6 +589,127 @@ class CommitLog:
                 prepared.append((ui, prepared_items, total))
         return prepared
 
+    def _prepare_batch(
+        self, batch: MessageBatch, max_body: int, max_total: int
+    ) -> _PreparedBatch | PutMessageResult:
+        """Pass 1 for a MessageBatch: what _prepare does per message, with everything the messages share
+        (topic, hosts, flags, layout) worked out once."""
+        tp = self._topic_part(batch.topic)
+        if tp is None:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes"
+            )
+        bodies = batch.bodies
+        body_total = sum(map(len, bodies))
+        if body_total > max_body:  # the whole batch (Java's encoder buffer limit)
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"message body size {body_total} exceeds maxMessageSize {max_body}",
+            )
+        born_ip = self._host_bytes(batch.born_host)
+        store_ip = self._host_bytes(batch.store_host)
+        sys_flag = batch.sys_flag & ~_V6_BITS  # the IPv6 bits follow the actual address families
+        if len(born_ip) == 16:
+            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if len(store_ip) == 16:
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+        store = self.store
+        hook = store.tags_code_hook
+        tags_cache = store.tags_code_cache
+        topic = batch.topic
+        crc32 = zlib.crc32
+        i16 = _I16.pack
+        fixed = layout.body_pos
+        tails: list[bytes] = []
+        sizes: list[int] = []
+        crcs: list[int] = []
+        tags_codes: list[int] = []
+        total = 0
+        for body, props, ps in zip(bodies, batch.properties_list, batch.properties_strings, strict=True):
+            pb = ps.encode("utf-8")
+            if len(pb) > MAX_PROPERTIES_LENGTH:
+                return PutMessageResult(
+                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                    None,
+                    f"properties size {len(pb)} exceeds {MAX_PROPERTIES_LENGTH}",
+                )
+            if hook is None:
+                tags = props.get(_PROP_TAGS)
+                if tags:
+                    tags_code = tags_cache.get(tags)
+                    if tags_code is None:
+                        tags_code = store.compute_tags_code(topic, props)
+                else:
+                    tags_code = 0
+            else:
+                tags_code = store.compute_tags_code(topic, props)
+            tags_codes.append(tags_code)
+            tail = tp + i16(len(pb)) + pb
+            tails.append(tail)
+            size = fixed + len(body) + len(tail)
+            sizes.append(size)
+            total += size
+            crcs.append(crc32(body) & 0x7FFFFFFF)
+        if total > max_total:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                None,
+                f"message(s) of {total} bytes do not fit in a commit log file of {self.mapped_file_size} bytes",
+            )
+        return _PreparedBatch(batch, layout, sys_flag, born_ip, store_ip, sizes, tails, crcs, tags_codes, total)
+
+    def _write_batch(
+        self, pb: _PreparedBatch, mm: Any, p: int, file_from: int, store_ts: int, add_pending: Any
+    ) -> tuple[int, int, list[int]]:
+        """Pass 2 for a MessageBatch (under the lock): pack every record straight into the mapping. Returns
+        (end position, first queue offset, physical offsets)."""
+        batch = pb.batch
+        table = self.topic_queue_table
+        topic = batch.topic
+        qid = batch.queue_id
+        key = f"{topic}-{qid}"
+        sys_flag = pb.sys_flag
+        q = table.get(key, 0)
+        first_qo = q
+        step = 1
+        if sys_flag & _TRAN_PREPARED:
+            q = first_qo = step = 0  # prepared / rollback: not consumable, no queue slot
+        layout = pb.layout
+        pack = layout.header.pack_into
+        fixed = layout.body_pos
+        born_ts = batch.born_timestamp
+        b_ip = pb.born_ip
+        b_port = batch.born_host[1]
+        s_ip = pb.store_ip
+        s_port = batch.store_host[1]
+        reconsume = batch.reconsume_times
+        phy_offsets: list[int] = []
+        add_phy = phy_offsets.append
+        for size, body, tail, crc, flag in zip(pb.sizes, batch.bodies, pb.tails, pb.crcs, batch.flags, strict=True):
+            phy = file_from + p
+            bl = len(body)
+            pack(
+                mm, p, size, MAGIC_CODE, crc, qid, flag, q, phy, sys_flag, born_ts, b_ip, b_port,
+                store_ts, s_ip, s_port, reconsume, 0, bl,
+            )
+            bp = p + fixed
+            mm[bp : bp + bl] = body
+            mm[bp + bl : p + size] = tail
+            add_phy(phy)
+            p += size
+            q += step
+        if step:
+            table[key] = q
+        batch.store_timestamp = store_ts
+        # One dispatch run for the whole batch (see reput.DispatchRun), not a tuple per record.
+        add_pending(
+            (phy_offsets[0], file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, pb.sizes,
+             pb.tags_codes, batch.properties_list, RUN_MARK)
+        )
+        return p, first_qo, phy_offsets
+
     async def _file_with_room(self, mf: MappedFile | None, total: int) -> MappedFile:
         """The file the next run of `total` bytes goes to: the last one, or (after a blank marker) a new one."""
         if mf is None:
@@ -525,7 +724,9 @@ class CommitLog:
             mf = await self._roll_file()
         return mf
 
-    async def put_many(self, units: Sequence[Sequence[MessageExtBrokerInner]]) -> list[PutMessageResult]:
+    async def put_many(
+        self, units: Sequence[Sequence[MessageExtBrokerInner] | MessageBatch]
+    ) -> list[PutMessageResult]:
         """Append several independent puts (each one message or one batch) with one lock round and one
         hand-off to the dispatcher: pipelined sends of a connection are stored together. Each unit gets
         its own result (a bad unit fails alone) and never spans files.
@@ -568,6 +769,27 @@ class CommitLog:
                     wp = mf.wrote_position
                     file_from = mf.file_from_offset
                     wrote_offset = file_from + wp
+                    if type(items) is _PreparedBatch:
+                        end, first_qo, phys = self._write_batch(items, mm, wp, file_from, store_ts, add_pending)
+                        mf.wrote_position = end
+                        mf.store_timestamp = store_ts
+                        committed = len(pending)
+                        b = items.batch
+                        results[i] = PutMessageResult(
+                            PutMessageStatus.PUT_OK,
+                            AppendMessageResult(
+                                AppendMessageStatus.PUT_OK,
+                                wrote_offset,
+                                total,
+                                None,
+                                store_ts,
+                                first_qo,
+                                len(phys),
+                                phy_offsets=phys,
+                                store_host_bytes=self._store_host_bytes(items.store_ip, b.store_host[1]),
+                            ),
+                        )
+                        continue
                     first_pending = len(pending)
                     phy_offsets: list[int] = []
                     add_phy = phy_offsets.append
@@ -679,6 +901,36 @@ class CommitLog:
         if begin == 0:
             return False
         return now_ms() - begin > self.cfg.osPageCacheBusyTimeOutMills
+
+
+class _PreparedBatch:
+    """A MessageBatch after pass 1: per-record sizes, topic+properties tails, body CRCs and tags codes."""
+
+    __slots__ = ("batch", "layout", "sys_flag", "born_ip", "store_ip", "sizes", "tails", "crcs", "tags_codes", "total")
+
+    def __init__(
+        self,
+        batch: MessageBatch,
+        layout: RecordLayout,
+        sys_flag: int,
+        born_ip: bytes,
+        store_ip: bytes,
+        sizes: list[int],
+        tails: list[bytes],
+        crcs: list[int],
+        tags_codes: list[int],
+        total: int,
+    ) -> None:
+        self.batch = batch
+        self.layout = layout
+        self.sys_flag = sys_flag
+        self.born_ip = born_ip
+        self.store_ip = store_ip
+        self.sizes = sizes
+        self.tails = tails
+        self.crcs = crcs
+        self.tags_codes = tags_codes
+        self.total = total
 
 
 def _consume_exception(fut: asyncio.Future[MappedFile]) -> None:

@@ -1,6 +1,15 @@
-"""DispatchRequest: what the reput service needs to know about one CommitLog record."""
+"""DispatchRequest: what the reput service needs to know about one CommitLog record.
+
+The put path hands the reput service one tuple per record (DispatchRequest.as_tuple), or, for a batch,
+one run tuple for all its records (contiguous in the CommitLog, one topic/queue, consecutive queue
+offsets): (first_offset, end_offset, topic, queue_id, first_queue_offset, store_timestamp, sys_flag,
+offsets, sizes, tags_codes, properties_list, RUN_MARK) -- told apart by its length.
+"""
 
 from __future__ import annotations
+
+RUN_MARK = "run"
+RUN_LEN = 12
 
 
 class DispatchRequest:

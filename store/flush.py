@@ -118,62 +118,123 @@ class FlushRealTimeService(FlushCommitLogService):
 
 
 class GroupCommitService(FlushCommitLogService):
+    """Group commit without a service task: the put path starts an fsync itself when none is running
+    (so it is not queued behind the dispatcher's turn on the loop), and each fsync's completion callback
+    answers every waiter it covers and at once starts the next one for whatever was written meanwhile --
+    all puts that arrive during one fsync share the next. No sleeping, no polling."""
+
     def __init__(self, store: DefaultMessageStore) -> None:
         super().__init__(store)
         self._requests: list[tuple[int, asyncio.Future[bool]]] = []
+        self._inflight: asyncio.Future[None] | None = None
+        self._failed = False  # the last fsync raised: the next put (not the callback) retries
 
     async def wait_for_flush(self, next_offset: int) -> bool:
         """True once [.., next_offset) is on disk; False after syncFlushTimeout."""
         mfq = self.store.commit_log.mapped_file_queue
         if mfq.flushed_where >= next_offset:
             return True
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         self._requests.append((next_offset, fut))
-        self._event.set()
-        timeout = self.store.message_store_config.syncFlushTimeout / 1000
+        self._failed = False
+        self._kick()
+        # A timer instead of asyncio.wait_for: the answer wakes the waiting task in one loop hop.
+        timeout_ms = self.store.message_store_config.syncFlushTimeout
+        timer = loop.call_later(timeout_ms / 1000, _expire, fut, next_offset, timeout_ms)
         try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            log.warning("sync_flush_timeout", offset=next_offset, timeout_ms=int(timeout * 1000))
-            return False
+            return await fut
+        finally:
+            timer.cancel()
 
-    async def _run(self) -> None:
+    def flush_in_flight(self) -> asyncio.Future[None] | None:
+        """The running fsync, if any (the dispatcher lets its waiters answer first)."""
+        return self._inflight
+
+    def wakeup(self) -> None:
+        # Puts that did not ask to wait (WAIT=false) are flushed too, as in Java's GroupCommitService.
+        self._kick()
+
+    def _kick(self) -> None:
+        """Start an fsync of everything written so far unless one is running (its callback goes on)."""
+        if self._inflight is not None or self._stopped:
+            return
+        store = self.store
+        target = store.commit_log.mapped_file_queue.flush_target(0)
+        if target is None:
+            self._answer()
+            return
+        mf, wp = target
+        ts = mf.store_timestamp
+        fut = asyncio.get_running_loop().run_in_executor(store.flush_executor, store.commit_log_fsync, mf)
+        self._inflight = fut
+        fut.add_done_callback(lambda f: self._on_flushed(f, mf, wp, ts))
+
+    def _on_flushed(self, fut: asyncio.Future[None], mf: MappedFile, wp: int, ts: int) -> None:
+        self._inflight = None
         mfq = self.store.commit_log.mapped_file_queue
-        while not self._stopped:
-            self._event.clear()
-            if not self._requests and mfq.flushed_where >= self.store.commit_log.get_max_offset():
-                await self._event.wait()  # every put sets it; no idle polling
+        if fut.cancelled():
+            return
+        err = fut.exception()
+        if err is not None:
+            log.error("group_commit_flush_failed", error=str(err))
+            self._failed = True
+            # Answer the waiters (not flushed -> False) instead of spinning on a failing disk.
+            self._answer(fail_all=True)
+            return
+        mfq.flush_done(mf, wp, ts)
+        if mfq.store_timestamp > 0:
+            self.store.store_checkpoint.physic_msg_timestamp = mfq.store_timestamp
+        self._answer()
+        if not self._failed and mfq.flushed_where < self.store.commit_log.get_max_offset():
+            self._kick()  # written while this fsync ran (or the next file): the next group
+
+    def _answer(self, fail_all: bool = False) -> None:
+        reqs = self._requests
+        if not reqs:
+            return
+        flushed = self.store.commit_log.mapped_file_queue.flushed_where
+        keep: list[tuple[int, asyncio.Future[bool]]] = []
+        for off, fut in reqs:
+            if fut.done():
                 continue
-            reqs, self._requests = self._requests, []
-            # Everything written so far, not just what the waiters need: puts that did not ask to wait
-            # (WAIT=false) only woke us up and are flushed here too, as in Java's GroupCommitService.
-            target = self.store.commit_log.get_max_offset()
-            try:
-                await self.flush_until(target)
-            except OSError as e:
-                log.error("group_commit_flush_failed", error=str(e))
-            flushed = mfq.flushed_where
-            for off, fut in reqs:
-                if not fut.done():
-                    fut.set_result(flushed >= off)
+            if flushed >= off:
+                fut.set_result(True)
+            elif fail_all:
+                fut.set_result(False)
+            else:
+                keep.append((off, fut))
+        self._requests = keep
+
+    def start(self) -> None:
+        self._stopped = False
+
+    async def _run(self) -> None:  # pragma: no cover - no service task (see the class docstring)
+        return None
 
     async def shutdown(self) -> None:
-        # Let a round in progress finish and answer its waiters before the final flush.
+        # Let an fsync in progress finish and answer its waiters before the final flush.
         self._stopped = True
-        self._event.set()
-        if self._task is not None:
+        fut = self._inflight
+        if fut is not None:
             try:
                 await asyncio.wait_for(
-                    asyncio.shield(self._task), self.store.message_store_config.syncFlushTimeout / 1000
+                    asyncio.shield(fut), self.store.message_store_config.syncFlushTimeout / 1000
                 )
-            except (TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError, OSError):
                 pass
         await super().shutdown()
         flushed = self.store.commit_log.mapped_file_queue.flushed_where
-        for off, fut in self._requests:
-            if not fut.done():
-                fut.set_result(flushed >= off)
+        for off, f in self._requests:
+            if not f.done():
+                f.set_result(flushed >= off)
         self._requests = []
+
+
+def _expire(fut: asyncio.Future[bool], offset: int, timeout_ms: int) -> None:
+    if not fut.done():
+        log.warning("sync_flush_timeout", offset=offset, timeout_ms=timeout_ms)
+        fut.set_result(False)
 
 
 class FlushConsumeQueueService:

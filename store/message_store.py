@@ -32,7 +32,7 @@ from remoting.message import (
 
 from .checkpoint import StoreCheckpoint
 from .cleanup import CleanCommitLogService, CleanConsumeQueueService, default_disk_usage_probe
-from .commit_log import CommitLog, now_ms
+from .commit_log import CommitLog, MessageBatch, now_ms
 from .config import CQ_STORE_UNIT_SIZE, BrokerRole, MessageStoreConfig
 from .consume_queue import CQ_UNIT, ConsumeQueue
 from .filter import MessageFilter
@@ -447,7 +447,9 @@ class DefaultMessageStore:
         """Append one or more messages with one lock round and (SYNC_FLUSH) one flush wait."""
         return (await self.put_many((msgs,)))[0]
 
-    async def put_many(self, units: Sequence[Sequence[MessageExtBrokerInner]]) -> list[PutMessageResult]:
+    async def put_many(
+        self, units: Sequence[Sequence[MessageExtBrokerInner] | MessageBatch]
+    ) -> list[PutMessageResult]:
         """Store several independent puts (each one message or one batch, e.g. the pipelined sends of one
         connection) with one lock round, one dispatcher hand-off and (SYNC_FLUSH) one flush wait.
         Returns one result per unit, as put_messages would have."""
@@ -470,7 +472,8 @@ class DefaultMessageStore:
                 continue
             stats.put_message_times_total += ar.msg_num
             stats.put_message_size_total += ar.wrote_bytes
-            if sync and msgs[0].is_wait_store_msg_ok():
+            # A MessageBatch answers for itself (its first message's WAIT), a list by its first message.
+            if sync and (msgs if type(msgs) is MessageBatch else msgs[0]).is_wait_store_msg_ok():
                 waiters.append(result)
                 end = ar.wrote_offset + ar.wrote_bytes
                 if end > wait_to:

@@ -6,12 +6,15 @@ catch-up, or a mismatch -- is parsed from the mapped bytes. The put path wakes i
 so a listener hears of a new message within one loop iteration of the put completing.
 
 Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
-tags_code, store_timestamp, keys, uniq_key, sys_flag, properties).
+tags_code, store_timestamp, keys, uniq_key, sys_flag, properties). A batch comes as one run tuple (see
+store.dispatch): its ConsumeQueue units are written with one pack, its listeners still hear of each record.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +24,7 @@ import structlog
 from remoting.message import MessageConst, MessageSysFlag
 
 from .consume_queue import CQ_UNIT as _CQ_UNIT
+from .dispatch import RUN_LEN
 
 if TYPE_CHECKING:
     from .message_store import DefaultMessageStore
@@ -35,8 +39,16 @@ _TRAN_NOT = MessageSysFlag.TRANSACTION_NOT_TYPE
 _TRAN_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
 _TRAN_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _KEY_SEP = MessageConst.KEY_SEPARATOR
+_PROP_KEYS = MessageConst.PROPERTY_KEYS
+_PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAX_PENDING = 500_000
 _BATCH = 4096  # records per slice of loop time
+
+
+@functools.lru_cache(maxsize=64)
+def _cq_units(n: int) -> struct.Struct:
+    """n ConsumeQueue units in one struct: a batch's entries are written with one pack_into."""
+    return struct.Struct(">" + "qiq" * n)
 
 
 class ReputMessageService:
@@ -118,6 +130,13 @@ class ReputMessageService:
                         except TimeoutError:
                             pass
                     continue
+                inflight = getattr(self.store.flush_commit_log_service, "flush_in_flight", None)
+                fut = inflight() if inflight is not None else None
+                if fut is not None:
+                    # SYNC_FLUSH: the producers waiting on this fsync answer first (their next sends overlap
+                    # with this dispatch) -- a wait of one fsync at most.
+                    await asyncio.wait((fut,))  # neither cancels it nor raises its error (the service logs it)
+                    await asyncio.sleep(0)
                 await self.do_reput(_BATCH, notify=True)
                 await asyncio.sleep(0)  # let puts and pulls run between slices
             except asyncio.CancelledError:
@@ -136,7 +155,10 @@ class ReputMessageService:
         while pending and pending[0][0] < off:
             pending.popleft()
         if pending and pending[0][0] == off:
-            return pending.popleft()
+            rec = pending.popleft()
+            if len(rec) != RUN_LEN:
+                return rec
+            # A run is dispatched whole by do_reput; anywhere else (start-up catch-up) parse the log.
         cl = self.store.commit_log
         mf = cl.mapped_file_queue.find_mapped_file_by_offset(off)
         if mf is None:
@@ -181,6 +203,17 @@ class ReputMessageService:
                     break
                 if pending and pending[0][0] == off:
                     rec = pending.popleft()
+                    if len(rec) == RUN_LEN:
+                        if done and done + len(rec[7]) > budget:
+                            pending.appendleft(rec)  # runs go whole: the next slice takes it
+                            break
+                        done += await self._dispatch_run(rec, listeners)
+                        tran = rec[6] & _TRAN_MASK
+                        if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
+                            logics_ts = rec[5]
+                        max_off = cl.get_max_offset()
+                        cq = None
+                        continue
                 else:
                     rec = self._read_record(off)
                     if rec is None:
@@ -248,6 +281,79 @@ class ReputMessageService:
                 idx.commit_header()
             self.dispatched_count += done
         return done
+
+    async def _dispatch_run(self, run: DispatchTuple, listeners: Any) -> int:
+        """One batch's records (a run tuple, see store.dispatch): its ConsumeQueue units with one pack
+        when they follow the queue's end in one file, its index keys, its listeners per record (held pulls
+        match each record's tags/properties). Moves reput_from_offset past the run."""
+        store = self.store
+        loop = asyncio.get_running_loop()
+        executor = store.alloc_executor
+        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, _ = run
+        n = len(phys)
+        tran = sys_flag & _TRAN_MASK
+        consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+        if consumable:
+            cq = store.find_consume_queue(topic, qid)
+            files = cq.mapped_file_queue.mapped_files
+            if not files or files[-1].wrote_position >= files[-1].file_size:
+                await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0)
+                files = cq.mapped_file_queue.mapped_files
+            cq_mf = files[-1]
+            wp = cq_mf.wrote_position
+            if (
+                qo0
+                and cq.max_physic_offset <= first
+                and cq_mf.file_from_offset + wp == qo0 * 20
+                and wp + 20 * n <= cq_mf.file_size
+            ):
+                flat: list[int] = [0] * (3 * n)
+                flat[0::3] = phys
+                flat[1::3] = sizes
+                flat[2::3] = tags_codes
+                _cq_units(n).pack_into(cq_mf.mm, wp, *flat)
+                cq_mf.wrote_position = wp + 20 * n
+                cq.max_physic_offset = end
+            else:  # replays, gaps, a queue's first unit, a file boundary: unit by unit
+                for k in range(n):
+                    if cq.need_new_file():
+                        await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0 + k)
+                    cq.put_message_position_info(phys[k], sizes[k], tags_codes[k], qo0 + k)
+        idx = store.index_service
+        if idx is not None:
+            key_hash = idx.key_hasher.hash_unsigned
+            for k in range(n):
+                props = props_list[k]
+                keys = props.get(_PROP_KEYS)
+                uniq = props.get(_PROP_UNIQ)
+                if keys:
+                    needed = (1 if uniq else 0) + sum(1 for x in keys.split(_KEY_SEP) if x)
+                else:
+                    needed = 1 if uniq else 0
+                idx_files = idx.index_file_list
+                if not idx_files or idx_files[-1].index_num - idx_files[-1].index_count < needed:
+                    if not idx.has_room(needed):
+                        idx.commit_header()
+                        await loop.run_in_executor(executor, idx.roll_blocking)
+                        idx_files = idx.index_file_list
+                f = idx_files[-1]
+                phy = phys[k]
+                if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
+                    h = key_hash(topic, uniq)
+                    if h & 0x80000000:
+                        h = 0 if h == 0x80000000 else 0x100000000 - h
+                    f.put_key_hash(h, phy, store_ts)
+                else:
+                    idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
+        if consumable and listeners:
+            for k in range(n):
+                for cb in listeners:
+                    try:
+                        cb(topic, qid, qo0 + k + 1, tags_codes[k], store_ts, props_list[k])
+                    except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
+                        log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
+        self.reput_from_offset = end
+        return n
 
     def do_reput_blocking(self) -> int:
         """Start-up catch-up (start-up thread, before the loop uses the store): same as do_reput but

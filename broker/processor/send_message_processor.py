@@ -48,6 +48,7 @@ from remoting.message import (
     encode_properties,
     java_string_hash,
 )
+from store.commit_log import MessageBatch
 from store.message import MessageExtBrokerInner
 from store.results import PutMessageResult, PutMessageStatus
 
@@ -158,7 +159,7 @@ class SendMessageProcessor:
                 out[i] = await self.process_request(ctx, cmd)
             return out
         busy = self._flow_control(ctx)
-        units: list[Sequence[MessageExtBrokerInner]] = []
+        units: list[Sequence[MessageExtBrokerInner] | MessageBatch] = []
         slots: list[tuple[int, int, int, int]] = []  # (request index, queue id, body bytes, batch size)
         checked: dict[str, TopicConfig] = {}  # topics that passed msg_check in this run
         for i, cmd in enumerate(cmds):
@@ -220,15 +221,17 @@ class SendMessageProcessor:
 
     async def _put_units(
         self,
-        put_many: Callable[[list[Sequence[MessageExtBrokerInner]]], Awaitable[list[PutMessageResult]]],
-        units: list[Sequence[MessageExtBrokerInner]],
+        put_many: Callable[
+            [list[Sequence[MessageExtBrokerInner] | MessageBatch]], Awaitable[list[PutMessageResult]]
+        ],
+        units: list[Sequence[MessageExtBrokerInner] | MessageBatch],
         slots: list[tuple[int, int, int, int]],
         out: list[RemotingCommand | None],
     ) -> None:
         results = await put_many(units)
         handle = self.handle_put_message_result
         for (i, queue_id, body_size, batch), msgs, result in zip(slots, units, results, strict=True):
-            out[i] = handle(result, msgs[0], queue_id, body_size, batch)
+            out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
 
     def _flow_control(self, ctx: RequestContext) -> RemotingCommand | None:
         bc = self.c.broker_config
@@ -517,8 +520,10 @@ class SendMessageProcessor:
 
     def _build_batch(
         self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig
-    ) -> tuple[list[MessageExtBrokerInner], int, int] | RemotingCommand:
-        """The messages a checked batch send stores, its queue id and total body bytes; or the refusal."""
+    ) -> tuple[MessageBatch, int, int] | RemotingCommand:
+        """The MessageBatch a checked batch send stores, its queue id and total body bytes; or the refusal.
+        One pass over the wire body: each message's flag, body and properties go straight into the
+        batch's lists (no MessageExtBrokerInner per message); what they share is set once."""
         if header.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
             return reply(ResponseCode.MESSAGE_ILLEGAL, "retry topics are not supported for batch sends")
         queue_id = self._choose_queue(header, tc)
@@ -536,16 +541,58 @@ class SendMessageProcessor:
             sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
         if _is_v6(store_host[0]):
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-        topic = header.topic
-        born_ts = header.born_timestamp
-        reconsume = header.reconsume_times or 0
-        msgs: list[MessageExtBrokerInner] = []
-        add = msgs.append
-        total_body = 0
-        for flag, body, raw in self._decode_batch_raw(cmd.body if cmd.body is not None else b""):
-            props, canonical = _decode_properties(raw)
-            ps = None
-            if canonical and props.keys().isdisjoint(batch_props):
+        flags: list[int] = []
+        bodies: list[bytes] = []
+        props_list: list[dict[str, str]] = []
+        strings: list[str] = []
+        add_flag = flags.append
+        add_body = bodies.append
+        add_props = props_list.append
+        add_string = strings.append
+        batch_keys = batch_props.keys()
+        data = cmd.body if cmd.body is not None else b""
+        if type(data) is not bytes:
+            data = bytes(data)
+        head = _BATCH_HEAD.unpack_from
+        head_size = _BATCH_HEAD.size
+        short = _SHORT.unpack_from
+        pos, end = 0, len(data)
+        if not end:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
+        # One pass over the wire body: the checks of _decode_batch_raw, and decode_properties inlined.
+        while pos < end:
+            if end - pos < head_size + 2:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: truncated message header at byte {pos}"))
+            total, _magic, _crc, flag, body_len = head(data, pos)
+            if total < head_size + 2 or pos + total > end:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
+            bpos = pos + head_size
+            if body_len < 0 or bpos + body_len + 2 > pos + total:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has body length {body_len}"))
+            ppos = bpos + body_len
+            (props_len,) = short(data, ppos)
+            ppos += 2
+            if props_len < 0 or ppos + props_len != pos + total:
+                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                       f"bad batch body: message at byte {pos} has inconsistent sizes"))
+            body = data[bpos:ppos - 2]
+            pos += total
+            props: dict[str, str] = {}
+            canonical = True
+            if props_len:
+                raw = data[ppos:pos].decode("utf-8", "replace")
+                for item in raw.split(PROPERTY_SEPARATOR):
+                    k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
+                    if sep and k and v:
+                        props[k] = v
+                n = len(props)
+                canonical = raw.count(NAME_VALUE_SEPARATOR) == n and raw.count(PROPERTY_SEPARATOR) == n - 1
+            else:
+                raw = ""
+            if canonical and batch_keys.isdisjoint(props):
                 # The stored string is the message's own, minus WAIT, plus the batch's (no key overlaps).
                 ps = _stored_properties(raw, props, batch_str) if raw else batch_str
                 props.update(batch_props)
@@ -555,13 +602,15 @@ class SendMessageProcessor:
                 ps = _encode_without_wait(props)
             if len(ps) * 4 > MAX_PROPERTIES_LENGTH and len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
                 return reply(ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes")
-            # Positional: topic, body, queue_id, flag, properties, properties_string, tags_code (the store
-            # computes it), sys_flag, born_timestamp, born_host, store_host, reconsume_times.
-            add(MessageExtBrokerInner(
-                topic, body, queue_id, flag, props, ps, 0, sys_flag, born_ts, born_host, store_host, reconsume
-            ))
-            total_body += len(body)
-        return msgs, queue_id, total_body
+            add_flag(flag)
+            add_body(body)
+            add_props(props)
+            add_string(ps)
+        batch = MessageBatch(
+            header.topic, queue_id, sys_flag, header.born_timestamp, born_host, store_host,
+            header.reconsume_times or 0, flags, bodies, props_list, strings,
+        )
+        return batch, queue_id, sum(map(len, bodies))
 
     async def send_batch_message(
         self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader
@@ -570,9 +619,13 @@ class SendMessageProcessor:
         built = self._build_batch(ctx, cmd, header, tc)
         if type(built) is RemotingCommand:
             return built
-        msgs, queue_id, total_body = built  # type: ignore[misc]
-        result = await self.c.message_store.put_messages(msgs)
-        return self.handle_put_message_result(result, msgs[0], queue_id, total_body, batch=len(msgs))
+        batch, queue_id, total_body = built  # type: ignore[misc]
+        store = self.c.message_store
+        if getattr(store, "put_many", None) is None:  # a store that only takes message lists
+            result = await store.put_messages(batch.to_messages())
+        else:
+            result = await store.put_messages(batch)  # type: ignore[arg-type]
+        return self.handle_put_message_result(result, batch, queue_id, total_body, batch=len(batch))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ result
 
