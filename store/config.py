@@ -85,8 +85,9 @@ class MessageStoreConfig(BaseModel):
     messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     duplicationEnable: bool = False
     offsetCheckInSlave: bool = False
-    # Not in Java: allocate commit log / consume queue blocks up front so a full disk fails at file
-    # creation (CREATE_MAPEDFILE_FAILED) instead of as SIGBUS on an mmap write.
+    # Not in Java: allocate commit log blocks up front so a full disk fails at file creation
+    # (CREATE_MAPEDFILE_FAILED) instead of as SIGBUS on an mmap write. Consume queue files (one per
+    # queue) stay sparse, as in Java.
     preallocateMappedFile: bool = True
     # Java's key, our own cheaper mechanism (default on here): new commit log files are read once on the
     # allocation thread so the event loop's first write to each page hits the page cache (see MappedFile).

@@ -240,7 +240,7 @@ class DefaultMessageStore:
                     qid,
                     root,
                     cfg.mapped_file_size_consume_queue(),
-                    preallocate=cfg.preallocateMappedFile,
+                    preallocate=False,  # sparse, see find_consume_queue
                 )
                 cq.load_blocking()
                 self.consume_queue_table.setdefault(topic, {})[qid] = cq
@@ -516,7 +516,10 @@ class DefaultMessageStore:
                 queue_id,
                 cfg.store_path_consume_queue(),
                 cfg.mapped_file_size_consume_queue(),
-                preallocate=cfg.preallocateMappedFile,
+                # Sparse, as Java's: one 6 MB file per queue preallocated came to 24 GB of disk for
+                # 1 000 topics x 4 queues (measured). Units are rebuilt from the CommitLog after a
+                # crash, and the disk-space guard refuses writes before the disk fills.
+                preallocate=False,
             )
             qmap[queue_id] = cq
         return cq

@@ -14,6 +14,8 @@ from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
 from tests.store.conftest import BORN_HOST, STORE_HOST
 
+BORN_TS = int(time.time() * 1000)  # one value: two batches made a millisecond apart must still compare equal
+
 
 def make_batch(n: int, queue_id: int = 0, prefix: str = "m", sys_flag: int = 0) -> MessageBatch:
     props_list: list[dict[str, str]] = []
@@ -25,7 +27,7 @@ def make_batch(n: int, queue_id: int = 0, prefix: str = "m", sys_flag: int = 0) 
         props_list.append(props)
         strings.append("\x02".join(f"{k}\x01{v}" for k, v in props.items()))
     return MessageBatch(
-        "TopicTest", queue_id, sys_flag, int(time.time() * 1000), BORN_HOST, STORE_HOST, 0,
+        "TopicTest", queue_id, sys_flag, BORN_TS, BORN_HOST, STORE_HOST, 0,
         list(range(n)), [f"{prefix}-body-{i}".encode() * 7 for i in range(n)], props_list, strings,
     )
 

@@ -450,3 +450,25 @@ async def test_bad_file_size_fails_start_cleanly(
     s2 = make_store(root)
     await s2.start()  # the lock was released
     assert (await s2.put_message(make_msg())).is_ok
+
+
+async def test_consume_queue_files_are_sparse_commit_log_preallocated(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    # One consume queue file per queue: preallocating each (6 MB by default) cost 24 GB of disk for
+    # 1 000 topics x 4 queues. Java's are sparse; the CommitLog stays preallocated (disk-full safety).
+    root = tmp_path / "sparse"
+    store = make_store(root, mappedFileSizeConsumeQueue=300_000 * 20, mappedFileSizeCommitLog=8 << 20)
+    await store.start()
+    for qid in range(4):
+        assert (await store.put_message(make_msg(body=b"x", queue_id=qid))).is_ok
+    assert await store.wait_dispatched(5)
+    cq_files = [p for p in (root / "consumequeue" / "TopicTest").rglob("*") if p.is_file()]
+    assert len(cq_files) == 4
+    for p in cq_files:
+        st = p.stat()
+        assert st.st_size == 300_000 * 20
+        assert st.st_blocks * 512 < st.st_size // 10, f"{p} has {st.st_blocks * 512} bytes allocated"
+    cl = sorted((root / "commitlog").iterdir())[0].stat()
+    assert cl.st_blocks * 512 >= cl.st_size  # preallocated
+    await store.shutdown()
