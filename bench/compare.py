@@ -419,7 +419,15 @@ def main() -> int:
     load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
-        big = {"mappedFileSizeCommitLog": 1024 * 1024 * 1024, "flushDiskType": "ASYNC_FLUSH", **a.broker_overrides}
+        # Upstream's store sizes (the test helper's defaults are small, for fast tests).
+        big = {
+            "mappedFileSizeCommitLog": 1024 * 1024 * 1024,
+            "mappedFileSizeConsumeQueue": 300_000 * 20,
+            "maxHashSlotNum": 5_000_000,
+            "maxIndexNum": 20_000_000,
+            "flushDiskType": "ASYNC_FLUSH",
+            **a.broker_overrides,
+        }
         ns, env["ns"] = start_namesrv(tmp / "a")
         daemons.append(ns)
         br, _ = start_broker(tmp / "a", env["ns"], extra=big)
