@@ -475,49 +475,6 @@ class SendMessageProcessor:
 
     # ------------------------------------------------------------------ batch send
 
-    def decode_batch(self, body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
-        """MessageDecoder.encodeMessages records -> [(flag, body, properties)]; BadRequest when malformed."""
-        return [(flag, b, decode_properties(raw)) for flag, b, raw in self._decode_batch_raw(body)]
-
-    def _decode_batch_raw(self, body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
-        """decode_batch with each message's properties as their wire string."""
-        out: list[tuple[int, bytes, str]] = []
-        add = out.append
-        pos, end = 0, len(body)
-        mv = memoryview(body)
-        whole = body if type(body) is bytes else None
-        head = _BATCH_HEAD.unpack_from
-        head_size = _BATCH_HEAD.size
-        short = _SHORT.unpack_from
-        while pos < end:
-            if end - pos < head_size + 2:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: truncated message header at byte {pos}"))
-            total, _magic, _crc, flag, body_len = head(mv, pos)
-            if total < head_size + 2 or pos + total > end:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
-            bpos = pos + head_size
-            if body_len < 0 or bpos + body_len + 2 > pos + total:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has body length {body_len}"))
-            ppos = bpos + body_len
-            (props_len,) = short(mv, ppos)
-            ppos += 2
-            if props_len < 0 or ppos + props_len != pos + total:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has inconsistent sizes"))
-            if whole is None:
-                raw = str(mv[ppos:ppos + props_len], "utf-8", "replace") if props_len else ""
-                add((flag, bytes(mv[bpos:bpos + body_len]), raw))
-            else:  # slicing bytes copies once (a memoryview slice would be copied again)
-                raw = whole[ppos:ppos + props_len].decode("utf-8", "replace") if props_len else ""
-                add((flag, whole[bpos:bpos + body_len], raw))
-            pos += total
-        if not out:
-            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
-        return out
-
     def _build_batch(
         self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig
     ) -> tuple[MessageBatch, int, int] | RemotingCommand:
@@ -559,7 +516,7 @@ class SendMessageProcessor:
         pos, end = 0, len(data)
         if not end:
             raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
-        # One pass over the wire body: the checks of _decode_batch_raw, and decode_properties inlined.
+        # One pass over the wire body (MessageDecoder.encodeMessages records), decode_properties inlined.
         while pos < end:
             if end - pos < head_size + 2:
                 raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
