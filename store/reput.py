@@ -27,6 +27,7 @@ from .consume_queue import CQ_UNIT as _CQ_UNIT
 from .dispatch import RUN_LEN
 
 if TYPE_CHECKING:
+    from .index_service import IndexFile, IndexService
     from .message_store import DefaultMessageStore
 
 log = structlog.get_logger(__name__)
@@ -246,26 +247,12 @@ class ReputMessageService:
                         cq.put_message_position_info(phy, size, tags_code, qo)
                     logics_ts = store_ts
                 if idx is not None:
-                    if keys:
-                        needed = (1 if uniq else 0) + sum(1 for k in keys.split(_KEY_SEP) if k)
-                    else:
-                        needed = 1 if uniq else 0
-                    idx_files = idx.index_file_list
-                    if not idx_files or idx_files[-1].index_num - idx_files[-1].index_count < needed:
-                        if not idx.has_room(needed):
-                            idx.commit_header()
-                            await loop.run_in_executor(executor, idx.roll_blocking)
-                            max_off = cl.get_max_offset()
-                            idx_files = idx.index_file_list
-                    f = idx_files[-1]
-                    if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
-                        # Fast path for the common record (UNIQ_KEY only, not a replay).
-                        h = key_hash(topic, uniq)
-                        if h & 0x80000000:
-                            h = 0 if h == 0x80000000 else 0x100000000 - h
-                        f.put_key_hash(h, phy, store_ts)
-                    else:
-                        idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
+                    f = _index_file_with_room(idx, keys, uniq)
+                    if f is None:
+                        await self._roll_index(idx)
+                        max_off = cl.get_max_offset()
+                        f = idx.index_file_list[-1]
+                    _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)
                 if consumable and listeners:
                     for cb in listeners:
                         try:
@@ -326,25 +313,11 @@ class ReputMessageService:
                 props = props_list[k]
                 keys = props.get(_PROP_KEYS)
                 uniq = props.get(_PROP_UNIQ)
-                if keys:
-                    needed = (1 if uniq else 0) + sum(1 for x in keys.split(_KEY_SEP) if x)
-                else:
-                    needed = 1 if uniq else 0
-                idx_files = idx.index_file_list
-                if not idx_files or idx_files[-1].index_num - idx_files[-1].index_count < needed:
-                    if not idx.has_room(needed):
-                        idx.commit_header()
-                        await loop.run_in_executor(executor, idx.roll_blocking)
-                        idx_files = idx.index_file_list
-                f = idx_files[-1]
-                phy = phys[k]
-                if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
-                    h = key_hash(topic, uniq)
-                    if h & 0x80000000:
-                        h = 0 if h == 0x80000000 else 0x100000000 - h
-                    f.put_key_hash(h, phy, store_ts)
-                else:
-                    idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
+                f = _index_file_with_room(idx, keys, uniq)
+                if f is None:
+                    await self._roll_index(idx)
+                    f = idx.index_file_list[-1]
+                _index_record(idx, f, key_hash, topic, phys[k], store_ts, sys_flag, keys, uniq, tran)
         if consumable and listeners:
             for k in range(n):
                 for cb in listeners:
@@ -354,6 +327,11 @@ class ReputMessageService:
                         log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
         self.reput_from_offset = end
         return n
+
+    async def _roll_index(self, idx: IndexService) -> None:
+        """Start a new index file (its creation off the loop); only this task appends to the list."""
+        idx.commit_header()
+        await asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, idx.roll_blocking)
 
     def do_reput_blocking(self) -> int:
         """Start-up catch-up (start-up thread, before the loop uses the store): same as do_reput but
@@ -392,3 +370,34 @@ class ReputMessageService:
         if idx is not None:
             idx.commit_header()
         return done
+
+
+def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:
+    """The index file a record's keys go into, or None when the service must roll to a new one first."""
+    needed = (1 if uniq else 0) + (sum(1 for k in keys.split(_KEY_SEP) if k) if keys else 0)
+    files = idx.index_file_list
+    if files and (files[-1].index_num - files[-1].index_count >= needed or idx.has_room(needed)):
+        return files[-1]
+    return None
+
+
+def _index_record(
+    idx: IndexService,
+    f: IndexFile,
+    key_hash: Callable[[str, str], int],
+    topic: str,
+    phy: int,
+    store_ts: int,
+    sys_flag: int,
+    keys: str | None,
+    uniq: str | None,
+    tran: int,
+) -> None:
+    if uniq and not keys and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK:
+        # Fast path for the common record (UNIQ_KEY only, not a replay).
+        h = key_hash(topic, uniq)
+        if h & 0x80000000:
+            h = 0 if h == 0x80000000 else 0x100000000 - h
+        f.put_key_hash(h, phy, store_ts)
+    else:
+        idx.build_index(topic, phy, store_ts, sys_flag, keys, uniq)
