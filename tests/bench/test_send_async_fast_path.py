@@ -12,21 +12,13 @@ from client import Message, Producer
 from client.errors import MQBrokerError
 from client.message import SendStatus
 from remoting import RemotingCommand, ResponseCode
-from tests.client.fakes import FakeBroker, FakeNameServer
+from tests.client.fakes import FakeBroker, FakeNameServer, one_broker_cluster
 
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeNameServer, FakeBroker]]:
-    ns = FakeNameServer()
-    await ns.start()
-    b = FakeBroker(name="broker-a")
-    await b.start()
-    ns.add_route("FastTopic", {"broker-a": b.addr})
-    try:
-        yield ns, b
-    finally:
-        await b.stop()
-        await ns.stop()
+    async with one_broker_cluster("FastTopic") as pair:
+        yield pair
 
 
 def script(*answers: object):  # type: ignore[no-untyped-def]

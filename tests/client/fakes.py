@@ -7,8 +7,9 @@ that answers SYSTEM_BUSY N times, one that never answers, one that fails a code,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from remoting import (
@@ -140,3 +141,18 @@ async def wait_until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def one_broker_cluster(topic: str) -> AsyncIterator[tuple[FakeNameServer, FakeBroker]]:
+    """A fake NameServer routing `topic` to one fake broker "broker-a"; both stopped on exit."""
+    ns = FakeNameServer()
+    await ns.start()
+    b = FakeBroker(name="broker-a")
+    await b.start()
+    ns.add_route(topic, {"broker-a": b.addr})
+    try:
+        yield ns, b
+    finally:
+        await b.stop()
+        await ns.stop()

@@ -17,21 +17,13 @@ from client.message import SendStatus, encode_messages
 from client.msg_id import MessageIdGenerator, create_uniq_id
 from remoting import RemotingTimeoutError
 from remoting.message import decode_properties, encode_properties
-from tests.client.fakes import FakeBroker, FakeNameServer, wait_until
+from tests.client.fakes import FakeBroker, FakeNameServer, one_broker_cluster, wait_until
 
 
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeNameServer, FakeBroker]]:
-    ns = FakeNameServer()
-    await ns.start()
-    b = FakeBroker(name="broker-a")
-    await b.start()
-    ns.add_route("HotTopic", {"broker-a": b.addr})
-    try:
-        yield ns, b
-    finally:
-        await b.stop()
-        await ns.stop()
+    async with one_broker_cluster("HotTopic") as pair:
+        yield pair
 
 
 async def test_cached_topic_check_still_rejects_bad_messages(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
