@@ -21,8 +21,9 @@ What it does:
 
 Workloads (1 KiB bodies; see wl_rocketmq.py / wl_peers.py for exactly what each peer does):
 batch_send, async_send, sync_send, sync_flush_batch, litepull_consume, push_consume, e2e (send ->
-push listener at --rate msgs/s, latency), topics (--topics topics x 4 queues, async_send; compared
-with async_send of the same invocation). Client and servers share this machine's cores: figures are
+push listener at --rate msgs/s, latency), topics (--topics topics x 4 queues, async_send; each run
+alternates with async_send to 1 topic x 4 queues on the same warm broker, and the target is the
+median of the runs' ratios). Client and servers share this machine's cores: figures are
 a property of the machine *and* its load at the time; the load average is printed with them.
 """
 
@@ -68,7 +69,7 @@ TITLES = {
     "e2e": "end to end at RATE msg/s",
     "topics": "TOPICS topics x 4 queues (async send)",
 }
-# (kind, threshold): "rate" = msgs/s >=, "lat" = (p50 <=, p99 <=), "ratio" = fraction of async_send
+# (kind, threshold): "rate" = msgs/s >=, "lat" = (p50 <=, p99 <=), "ratio" = fraction of the 1-topic rate
 TARGETS: dict[str, tuple[str, Any]] = {
     "batch_send": ("rate", 200_000),
     "async_send": ("rate", 60_000),
@@ -206,7 +207,8 @@ def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
                 continue
             out[w][s] = {
                 k: median_of(ok, k)
-                for k in ("msgs_s", "p50_ms", "p99_ms", "max_ms", "client_cpu_us", "server_cpu_us")
+                for k in ("msgs_s", "p50_ms", "p99_ms", "max_ms", "client_cpu_us", "server_cpu_us", "ratio",
+                          "single_msgs_s")
                 if median_of(ok, k) is not None
             }
             out[w][s]["runs"] = len(ok)
@@ -282,11 +284,12 @@ def target_text(w: str, summary: dict[str, dict[str, dict[str, Any]]], a: argpar
         if w == "e2e" and me.get("msgs_s", 0) < 0.9 * a.rate:
             return text, f"NOT met (kept up with only {me.get('msgs_s', 0):,.0f} of {a.rate:,.0f} msg/s)"
         return text, "met" if ok else "NOT met"
-    base = summary.get("async_send", {}).get("this", {}).get("msgs_s")
-    v = me.get("msgs_s")
-    if not base or v is None:
+    # wl_rocketmq measures the 1-topic side itself, alternating with the N-topic side (see w_topics).
+    ratio = me.get("ratio")
+    if ratio is None:
         return f">= {t:.0%} of 1 topic", "?"
-    return f">= {t:.0%} of 1 topic", ("met" if v / base >= t else "NOT met") + f" ({v / base:.0%})"
+    return f">= {t:.0%} of 1 topic", ("met" if ratio >= t else "NOT met") + (
+        f" ({ratio:.0%} of {me.get('single_msgs_s', 0):,.0f} msg/s to 1 topic, same runs)")
 
 
 def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Namespace, path: Path) -> None:

@@ -8,7 +8,9 @@ Workloads (1 KiB bodies): batch_send (send_batch of --batch, --inflight batches 
 async_send (send_async, --inflight in flight), sync_send (send, one at a time; p50/p99),
 litepull_consume / push_consume (--count messages preloaded, then read by a new group; the clock
 starts when the consumer has started), e2e (send_async paced at --rate msgs/s, a push listener
-measures send -> receive latency), topics (async_send spread over --topics topics of 4 queues).
+measures send -> receive latency), topics (async_send spread over --topics topics of 4 queues,
+alternating --rounds times with async_send to 1 topic of 4 queues in the same process; reports both
+rates and their ratio).
 Times are wall clock; `client_cpu_us` is this process's CPU time per message.
 """
 
@@ -117,18 +119,10 @@ async def preload(ns: str, topic: str, count: int, body: bytes) -> None:
             await f
 
 
-async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflight: int, batch: int,
-                 topics: list[str] | None = None) -> dict[str, Any]:
+async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflight: int, batch: int) -> dict[str, Any]:
     lat: list[float] = []
     async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
-        for t in topics or [topic]:  # warm up: routes, connection, the broker's first mapped file
-            await p.send(Message(t, body))
-        if topics:
-            # Every queue of every topic once (round robin: 4 sends per topic), so the broker's
-            # consume queue files exist and the runs measure steady state, not file creation.
-            seq = iter(range(4 * len(topics)))
-            await windowed(lambda: p.send_async(Message(topics[next(seq) % len(topics)], body)), 4 * len(topics), 64)
-            await asyncio.sleep(1.0)  # let the broker's config persistence and registration settle
+        await p.send(Message(topic, body))  # warm up: route, connection, the broker's first mapped file
         for _ in range(50):
             await p.send(Message(topic, body))
         c0, t0 = time.process_time(), time.perf_counter()
@@ -138,10 +132,7 @@ async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflig
                 await p.send(Message(topic, body))
                 lat.append((time.perf_counter() - s) * 1000.0)
         elif mode == "async":
-            ts = topics or [topic]
-            nt = len(ts)
-            seq = iter(range(count))
-            await windowed(lambda: p.send_async(Message(ts[next(seq) % nt], body)), count, inflight)
+            await windowed(lambda: p.send_async(Message(topic, body)), count, inflight)
         else:
             await windowed(
                 lambda: p.send_batch_async([Message(topic, body) for _ in range(batch)]), count // batch, inflight
@@ -151,6 +142,43 @@ async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflig
         dt = time.perf_counter() - t0
         cpu = time.process_time() - c0
     return {"msgs": count, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
+
+
+async def w_topics(ns: str, single: str, topics: list[str], count: int, body: bytes, inflight: int,
+                   rounds: int) -> dict[str, Any]:
+    """The 1 000-topic target is a ratio, so both sides are measured here, alternately, by one
+    producer on the same warm broker: `rounds` pairs of (1 topic x 4 queues, then N topics x 4
+    queues), count // rounds messages each. Measuring the 1-topic side in another run (earlier, on a
+    broker with less state, under other load) made the ratio swing 39-91% between harness runs."""
+    per = max(1, count // rounds)
+    sides: dict[str, list[tuple[float, float]]] = {"single": [], "many": []}  # (seconds, cpu seconds)
+    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
+        for t in [single, *topics]:  # routes and connection
+            await p.send(Message(t, body))
+        # Every queue of every topic once, so the broker's consume queue files exist and the runs
+        # measure steady state, not file creation.
+        every = [single] * 4 + [t for t in topics for _ in range(4)]
+        seq = iter(range(len(every)))
+        await windowed(lambda: p.send_async(Message(every[next(seq)], body)), len(every), 64)
+        await asyncio.sleep(1.0)  # let the broker's config persistence and registration settle
+        for _ in range(rounds):
+            for side, ts in (("single", [single]), ("many", topics)):
+                nt = len(ts)
+                seq = iter(range(per))
+                c0, t0 = time.process_time(), time.perf_counter()
+                await windowed(lambda ts=ts, nt=nt, seq=seq: p.send_async(Message(ts[next(seq) % nt], body)),
+                               per, inflight)
+                sides[side].append((time.perf_counter() - t0, time.process_time() - c0))
+    rates = {k: [per / s for s, _ in v] for k, v in sides.items()}
+    many_s = sum(s for s, _ in sides["many"])
+    single_s = sum(s for s, _ in sides["single"])
+    return {
+        "msgs": per * rounds, "seconds": many_s, "client_cpu_s": sum(c for _, c in sides["many"]),
+        "single_msgs_s": round(per * rounds / single_s, 1),
+        "ratio": round(single_s / many_s, 3),  # same message count on both sides
+        "round_ratios": [round(m / s, 3) for s, m in zip(rates["single"], rates["many"], strict=True)],
+        "topics": len(topics),
+    }
 
 
 async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, Any]:
@@ -263,9 +291,11 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         topic = f"{topic}_{time.time_ns() % 10**12}"  # a fresh topic per run: nothing left from earlier runs
     if w == "topics":
         topics = [f"{topic}_{i}" for i in range(a.topics)]
+        single = f"{topic}_single"
         for i in range(0, len(topics), 50):
             await asyncio.gather(*(ensure_topic(a.namesrv, t, 4) for t in topics[i:i + 50]))
-        return await w_send(a.namesrv, topics[0], a.count, body, "async", a.inflight, 1, topics)
+        await ensure_topic(a.namesrv, single, 4)
+        return await w_topics(a.namesrv, single, topics, a.count, body, a.inflight, a.rounds)
     await ensure_topic(a.namesrv, topic, a.queues)
     if w == "batch_send":
         return await w_send(a.namesrv, topic, a.count, body, "batch", a.inflight, a.batch)
@@ -299,6 +329,7 @@ def main() -> int:
     ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=10000)
     ap.add_argument("--topic", default=None)
+    ap.add_argument("--rounds", type=int, default=3, help="topics: alternating 1-topic / N-topic pairs")
     ap.add_argument("--no-preload", action="store_true")
     ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
                     help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
