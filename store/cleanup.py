@@ -10,7 +10,7 @@ on the store's allocation thread.
 from __future__ import annotations
 
 import asyncio
-import shutil
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -29,14 +29,21 @@ MAX_MANUAL_DELETE_FILE_TIMES = 20
 
 
 def default_disk_usage_probe(path: str) -> float:
-    """Used fraction (0..1) of the filesystem holding `path`; -1 when it can't be read."""
+    """Used fraction (0..1) of the filesystem holding `path`, as Java's
+    UtilAll.getDiskPartitionSpaceUsedPercent (4.9) computes it, i.e. df's Use%: used / (used + available
+    to unprivileged users), rounded up to a hundredth. Blocks reserved for root count as neither, so a
+    filesystem with a large reserve is not reported full while most of it is free. -1 when unreadable."""
     try:
-        du = shutil.disk_usage(path)
+        st = os.statvfs(path)
     except OSError:
         return -1.0
-    if du.total <= 0:
+    if st.f_blocks <= 0:
         return -1.0
-    return (du.total - du.free) / du.total
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    return -(-used * 100 // entire) / 100.0
 
 
 def is_it_time_to_do(when: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -281,8 +280,9 @@ class AdminBrokerProcessor:
         root = c.store_config.storePathRootDir
         if os.path.isdir(root):
             try:
-                du = shutil.disk_usage(root)
-                info["commitLogDirCapacity"] = f"Total : {_human_bytes(du.total)}, Free : {_human_bytes(du.free)}."
+                st = os.statvfs(root)  # Java's File.getTotalSpace / getFreeSpace: f_blocks / f_bfree
+                total, free = st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize
+                info["commitLogDirCapacity"] = f"Total : {_human_bytes(total)}, Free : {_human_bytes(free)}."
             except OSError:
                 pass
         return info

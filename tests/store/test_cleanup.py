@@ -8,6 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from store import cleanup
 from store.message_store import DefaultMessageStore
 from store.results import GetMessageStatus, PutMessageStatus
 
@@ -138,3 +141,22 @@ async def test_default_probe_reads_real_disk(make_store: Callable[..., DefaultMe
     await store.start()
     ratio = store.disk_usage_probe()
     assert 0.0 <= ratio <= 1.0
+
+
+def test_default_probe_uses_java_formula_not_root_reserve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """used / (used + available to users), rounded up to a hundredth (Java 4.9 / df Use%): a large
+    root reserve must not make a mostly free disk look 75% full (shutil.disk_usage's free is f_bavail)."""
+
+    class Vfs:
+        f_frsize = 4096
+        f_blocks = 1000  # total
+        f_bfree = 840  # unallocated, including the root reserve
+        f_bavail = 240  # available to users: 600 blocks reserved
+
+    monkeypatch.setattr(cleanup.os, "statvfs", lambda path: Vfs())
+    # used 160, entire 160 + 240 = 400: 40%; (total - available) / total would say 76%.
+    assert cleanup.default_disk_usage_probe("/x") == 0.40
+    Vfs.f_bavail = 239  # 160 / 399 = 40.1% -> rounded up, as Java does
+    assert cleanup.default_disk_usage_probe("/x") == 0.41
+    monkeypatch.setattr(cleanup.os, "statvfs", lambda path: (_ for _ in ()).throw(OSError("gone")))
+    assert cleanup.default_disk_usage_probe("/x") == -1.0
