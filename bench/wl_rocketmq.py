@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -144,14 +145,23 @@ async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflig
     return {"msgs": count, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
 
 
+def proc_cpu_s(pid: int | None) -> float:
+    """utime + stime of process `pid` in seconds (0 without a pid)."""
+    if not pid:
+        return 0.0
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def w_topics(ns: str, single: str, topics: list[str], count: int, body: bytes, inflight: int,
-                   rounds: int) -> dict[str, Any]:
+                   rounds: int, broker_pid: int | None = None) -> dict[str, Any]:
     """The 1 000-topic target is a ratio, so both sides are measured here, alternately, by one
     producer on the same warm broker: `rounds` pairs of (1 topic x 4 queues, then N topics x 4
     queues), count // rounds messages each. Measuring the 1-topic side in another run (earlier, on a
     broker with less state, under other load) made the ratio swing 39-91% between harness runs."""
     per = max(1, count // rounds)
     sides: dict[str, list[tuple[float, float]]] = {"single": [], "many": []}  # (seconds, cpu seconds)
+    broker_cpu = {"single": 0.0, "many": 0.0}
     async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
         for t in [single, *topics]:  # routes and connection
             await p.send(Message(t, body))
@@ -165,20 +175,25 @@ async def w_topics(ns: str, single: str, topics: list[str], count: int, body: by
             for side, ts in (("single", [single]), ("many", topics)):
                 nt = len(ts)
                 seq = iter(range(per))
-                c0, t0 = time.process_time(), time.perf_counter()
+                b0, c0, t0 = proc_cpu_s(broker_pid), time.process_time(), time.perf_counter()
                 await windowed(lambda ts=ts, nt=nt, seq=seq: p.send_async(Message(ts[next(seq) % nt], body)),
                                per, inflight)
                 sides[side].append((time.perf_counter() - t0, time.process_time() - c0))
+                broker_cpu[side] += proc_cpu_s(broker_pid) - b0
     rates = {k: [per / s for s, _ in v] for k, v in sides.items()}
     many_s = sum(s for s, _ in sides["many"])
     single_s = sum(s for s, _ in sides["single"])
-    return {
+    out: dict[str, Any] = {
         "msgs": per * rounds, "seconds": many_s, "client_cpu_s": sum(c for _, c in sides["many"]),
         "single_msgs_s": round(per * rounds / single_s, 1),
         "ratio": round(single_s / many_s, 3),  # same message count on both sides
         "round_ratios": [round(m / s, 3) for s, m in zip(rates["single"], rates["many"], strict=True)],
         "topics": len(topics),
+        "single_client_cpu_us": round(sum(c for _, c in sides["single"]) / (per * rounds) * 1e6, 1),
     }
+    if broker_pid:
+        out.update({f"{k}_broker_cpu_us": round(v / (per * rounds) * 1e6, 1) for k, v in broker_cpu.items()})
+    return out
 
 
 async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, Any]:
@@ -295,7 +310,7 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         for i in range(0, len(topics), 50):
             await asyncio.gather(*(ensure_topic(a.namesrv, t, 4) for t in topics[i:i + 50]))
         await ensure_topic(a.namesrv, single, 4)
-        return await w_topics(a.namesrv, single, topics, a.count, body, a.inflight, a.rounds)
+        return await w_topics(a.namesrv, single, topics, a.count, body, a.inflight, a.rounds, a.broker_pid)
     await ensure_topic(a.namesrv, topic, a.queues)
     if w == "batch_send":
         return await w_send(a.namesrv, topic, a.count, body, "batch", a.inflight, a.batch)
@@ -330,6 +345,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=10000)
     ap.add_argument("--topic", default=None)
     ap.add_argument("--rounds", type=int, default=3, help="topics: alternating 1-topic / N-topic pairs")
+    ap.add_argument("--broker-pid", type=int, default=None,
+                    help="topics: also report this (local) broker's CPU per message for each side")
     ap.add_argument("--no-preload", action="store_true")
     ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
                     help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
