@@ -7,15 +7,20 @@ fixed part with one precompiled struct straight into the mapping and copies body
 every byte is written once and nothing is patched or copied again. A run never spans files: the tail of
 a file that cannot take it gets a blank marker ([int32 remaining][BLANK_MAGIC_CODE]) and the run goes
 to the next file, preallocated in the background.
+
+A MessageBatch goes column by column (C-level maps over its lists: tails, sizes, CRCs, tags codes) and,
+when its records all have one shape, is written with a single struct pack of all of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
 import struct
 import time
 import zlib
 from collections.abc import Sequence
+from itertools import accumulate, repeat
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -31,6 +36,7 @@ from remoting.message import (
     decode_properties,
     encode_properties,
     host_to_bytes,
+    java_string_hash,
 )
 
 from .dispatch import RUN_MARK, DispatchRequest
@@ -81,6 +87,7 @@ class MessageBatch:
         "bodies",
         "properties_list",
         "properties_strings",
+        "properties_bytes",
         "store_timestamp",
     )
 
@@ -96,7 +103,8 @@ class MessageBatch:
         flags: list[int],
         bodies: list[bytes],
         properties_list: list[dict[str, str]],
-        properties_strings: list[str],
+        properties_strings: list[str] | None,
+        properties_bytes: list[bytes] | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
@@ -108,7 +116,9 @@ class MessageBatch:
         self.flags = flags
         self.bodies = bodies
         self.properties_list = properties_list  # each message's own properties plus the batch's
-        self.properties_strings = properties_strings  # what is stored: the above without WAIT
+        # What is stored (the above without WAIT), as strings or already UTF-8 encoded (one is enough).
+        self.properties_strings = properties_strings
+        self.properties_bytes = properties_bytes
         self.store_timestamp = 0
 
     def __len__(self) -> int:
@@ -124,13 +134,16 @@ class MessageBatch:
 
     def to_messages(self) -> list[MessageExtBrokerInner]:
         """The batch as one MessageExtBrokerInner per message (slow paths and wrappers)."""
+        strings = self.properties_strings
+        if strings is None:
+            strings = [b.decode("utf-8") for b in self.properties_bytes or ()]
         return [
             MessageExtBrokerInner(
                 self.topic, body, self.queue_id, flag, props, ps, 0, self.sys_flag, self.born_timestamp,
                 self.born_host, self.store_host, self.reconsume_times,
             )
             for flag, body, props, ps in zip(
-                self.flags, self.bodies, self.properties_list, self.properties_strings, strict=True
+                self.flags, self.bodies, self.properties_list, strings, strict=True
             )
         ]
 
@@ -156,6 +169,7 @@ class CommitLog:
         self._topic_cache: dict[str, bytes | None] = {}
         self._host_cache: dict[str, bytes] = {}
         self._sh_cache: dict[tuple[bytes, int], bytes] = {}
+        self._hex_cache: dict[bytes, str] = {}
 
     # ------------------------------------------------------------------------------ offsets
 
@@ -447,6 +461,19 @@ class CommitLog:
             self._topic_cache[topic] = tp
         return tp
 
+    def _tags_code(self, tags: str | None) -> int:
+        """store.compute_tags_code's answer when its hook has none: TAGS' Java hash, cached."""
+        if not tags:
+            return 0
+        cache = self.store.tags_code_cache
+        code = cache.get(tags)
+        if code is None:
+            code = java_string_hash(tags)
+            if len(cache) > 65536:
+                cache.clear()
+            cache[tags] = code
+        return code
+
     def _store_host_bytes(self, ip: bytes, port: int) -> bytes:
         """ip + port as the offset msg id's prefix (one store host: cached)."""
         key = (ip, port)
@@ -456,6 +483,15 @@ class CommitLog:
                 self._sh_cache.clear()
             b = self._sh_cache[key] = ip + _PORT.pack(port)
         return b
+
+    def _msg_id_prefix(self, host_bytes: bytes) -> str:
+        """The hex of ip + port that starts every offset msg id of this store host (cached)."""
+        h = self._hex_cache.get(host_bytes)
+        if h is None:
+            if len(self._hex_cache) > _CACHE_LIMIT:
+                self._hex_cache.clear()
+            h = self._hex_cache[host_bytes] = host_bytes.hex().upper()
+        return h
 
     def _host_bytes(self, host: tuple[str, int]) -> bytes:
         ip = host[0]
@@ -616,42 +652,38 @@ class CommitLog:
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
         layout = _LAYOUTS[sys_flag >> 4 & 0x3]
         store = self.store
-        hook = store.tags_code_hook
-        tags_cache = store.tags_code_cache
         topic = batch.topic
-        crc32 = zlib.crc32
-        i16 = _I16.pack
-        fixed = layout.body_pos
-        tails: list[bytes] = []
-        sizes: list[int] = []
-        crcs: list[int] = []
-        tags_codes: list[int] = []
-        total = 0
-        for body, props, ps in zip(bodies, batch.properties_list, batch.properties_strings, strict=True):
-            pb = ps.encode("utf-8")
-            if len(pb) > MAX_PROPERTIES_LENGTH:
-                return PutMessageResult(
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-                    None,
-                    f"properties size {len(pb)} exceeds {MAX_PROPERTIES_LENGTH}",
-                )
-            if hook is None:
-                tags = props.get(_PROP_TAGS)
-                if tags:
-                    tags_code = tags_cache.get(tags)
-                    if tags_code is None:
-                        tags_code = store.compute_tags_code(topic, props)
-                else:
-                    tags_code = 0
-            else:
-                tags_code = store.compute_tags_code(topic, props)
-            tags_codes.append(tags_code)
-            tail = tp + i16(len(pb)) + pb
-            tails.append(tail)
-            size = fixed + len(body) + len(tail)
-            sizes.append(size)
-            total += size
-            crcs.append(crc32(body) & 0x7FFFFFFF)
+        # Column by column with C-level maps: no Python step per message here.
+        pbs = batch.properties_bytes
+        if pbs is None:
+            pbs = [ps.encode("utf-8") for ps in batch.properties_strings or ()]
+        if len(pbs) != len(bodies) or len(batch.properties_list) != len(bodies) or len(batch.flags) != len(bodies):
+            raise ValueError("MessageBatch columns differ in length")
+        if max(map(len, pbs)) > MAX_PROPERTIES_LENGTH:
+            over = next(n for n in map(len, pbs) if n > MAX_PROPERTIES_LENGTH)
+            return PutMessageResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                None,
+                f"properties size {over} exceeds {MAX_PROPERTIES_LENGTH}",
+            )
+        # store.compute_tags_code per message, column-wise: the hook (the broker's schedule service has
+        # one; it answers None outside SCHEDULE_TOPIC_XXXX) once per message, then TAGS' hash.
+        props_list = batch.properties_list
+        tags = list(map(dict.get, props_list, repeat(_PROP_TAGS)))
+        hook = store.tags_code_hook
+        hooked = list(map(hook, repeat(topic), props_list)) if hook is not None else None
+        if hooked is not None and hooked.count(None) != len(hooked):
+            tags_codes = [
+                h if h is not None else self._tags_code(t) for h, t in zip(hooked, tags, strict=True)
+            ]
+        elif any(tags):
+            tags_codes = list(map(self._tags_code, tags))
+        else:
+            tags_codes = [0] * len(tags)
+        tails = list(map(b"".join, zip(repeat(tp), map(_I16.pack, map(len, pbs)), pbs)))
+        sizes = list(map(layout.body_pos.__add__, map(operator.add, map(len, bodies), map(len, tails))))
+        total = sum(sizes)
+        crcs = list(map(operator.and_, map(zlib.crc32, bodies), repeat(0x7FFFFFFF)))
         if total > max_total:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -685,21 +717,48 @@ class CommitLog:
         s_ip = pb.store_ip
         s_port = batch.store_host[1]
         reconsume = batch.reconsume_times
-        phy_offsets: list[int] = []
-        add_phy = phy_offsets.append
-        for size, body, tail, crc, flag in zip(pb.sizes, batch.bodies, pb.tails, pb.crcs, batch.flags, strict=True):
-            phy = file_from + p
-            bl = len(body)
-            pack(
-                mm, p, size, MAGIC_CODE, crc, qid, flag, q, phy, sys_flag, born_ts, b_ip, b_port,
-                store_ts, s_ip, s_port, reconsume, 0, bl,
-            )
-            bp = p + fixed
-            mm[bp : bp + bl] = body
-            mm[bp + bl : p + size] = tail
-            add_phy(phy)
-            p += size
-            q += step
+        sizes = pb.sizes
+        bodies = batch.bodies
+        tails = pb.tails
+        n = len(sizes)
+        phy_offsets = list(accumulate(sizes, initial=file_from + p))
+        end = phy_offsets.pop() - file_from
+        bl = len(bodies[0])
+        tl = len(tails[0])
+        if (
+            1 < n <= _RECORDS_STRUCT_MAX_RECORDS
+            and list(map(len, bodies)).count(bl) == n and list(map(len, tails)).count(tl) == n
+        ):
+            # Records of one shape (the common batch): all of them with one pack_into of a struct of n
+            # records -- header fields, body and tail -- filled column by column.
+            flat = [
+                0, MAGIC_CODE, 0, qid, 0, 0, 0, sys_flag, born_ts, b_ip, b_port, store_ts, s_ip, s_port,
+                reconsume, 0, bl, b"", b"",
+            ] * n
+            flat[0::19] = sizes
+            flat[2::19] = pb.crcs
+            flat[4::19] = batch.flags
+            flat[5::19] = range(q, q + n) if step else [0] * n
+            flat[6::19] = phy_offsets
+            flat[17::19] = bodies
+            flat[18::19] = tails
+            _records_struct(layout.header.format, bl, tl, n).pack_into(mm, p, *flat)
+            p = end
+            q += step * n
+        else:
+            for size, body, tail, crc, flag, phy in zip(
+                sizes, bodies, tails, pb.crcs, batch.flags, phy_offsets, strict=True
+            ):
+                bl = len(body)
+                pack(
+                    mm, p, size, MAGIC_CODE, crc, qid, flag, q, phy, sys_flag, born_ts, b_ip, b_port,
+                    store_ts, s_ip, s_port, reconsume, 0, bl,
+                )
+                bp = p + fixed
+                mm[bp : bp + bl] = body
+                mm[bp + bl : p + size] = tail
+                p += size
+                q += step
         if step:
             table[key] = q
         batch.store_timestamp = store_ts
@@ -787,6 +846,51 @@ class CommitLog:
                                 len(phys),
                                 phy_offsets=phys,
                                 store_host_bytes=self._store_host_bytes(items.store_ip, b.store_host[1]),
+                            ),
+                        )
+                        continue
+                    if len(items) == 1:
+                        # One message (a pipelined single send): the loop below without its per-run
+                        # bookkeeping, and the offset msg id made here from a cached host prefix.
+                        m, size, layout, sys_flag, tail, crc, b_ip, s_ip, tags_code, props = items[0]
+                        qid = m.queue_id
+                        topic = m.topic
+                        key = f"{topic}-{qid}"
+                        q = table.get(key, 0)
+                        if sys_flag & _TRAN_PREPARED:
+                            qo = 0  # prepared / rollback: not consumable, no queue slot
+                        else:
+                            qo = q
+                            q += 1
+                        table[key] = q
+                        body = m.body
+                        bp = wp + layout.body_pos
+                        bl = len(body)
+                        s_port = m.store_host[1]
+                        layout.header.pack_into(
+                            mm, wp, size, MAGIC_CODE, crc, qid, m.flag, qo, wrote_offset, sys_flag,
+                            m.born_timestamp, b_ip, m.born_host[1], store_ts, s_ip, s_port, m.reconsume_times,
+                            m.prepared_transaction_offset, bl,
+                        )
+                        mm[bp : bp + bl] = body
+                        mm[bp + bl : wp + size] = tail
+                        m.store_timestamp = store_ts
+                        if props:
+                            add_pending((wrote_offset, size, topic, qid, qo, tags_code, store_ts,
+                                         props.get(_PROP_KEYS), props.get(_PROP_UNIQ), sys_flag, props))
+                        else:
+                            add_pending((wrote_offset, size, topic, qid, qo, tags_code, store_ts, None, None, sys_flag,
+                                         props))
+                        mf.wrote_position = wp + size
+                        mf.store_timestamp = store_ts
+                        committed = len(pending)
+                        hb = self._store_host_bytes(s_ip, s_port)
+                        results[i] = PutMessageResult(
+                            PutMessageStatus.PUT_OK,
+                            AppendMessageResult(
+                                AppendMessageStatus.PUT_OK, wrote_offset, total,
+                                f"{self._msg_id_prefix(hb)}{wrote_offset:016X}", store_ts, qo, 1,
+                                store_host_bytes=hb,
                             ),
                         )
                         continue
@@ -931,6 +1035,25 @@ class _PreparedBatch:
         self.crcs = crcs
         self.tags_codes = tags_codes
         self.total = total
+
+
+_RECORDS_STRUCTS: dict[tuple[str, int, int, int], struct.Struct] = {}
+# Bigger batches go record by record: a struct's size grows with its field count (~0.6 MB at this cap).
+_RECORDS_STRUCT_MAX_RECORDS = 1024
+
+
+def _records_struct(header_format: str, body_len: int, tail_len: int, n: int) -> struct.Struct:
+    """n records of one shape (header, body of body_len bytes, tail of tail_len bytes) as one struct
+    (a bounded cache: batches of one producer repeat the same shape)."""
+    key = (header_format, body_len, tail_len, n)
+    st = _RECORDS_STRUCTS.get(key)
+    if st is None:
+        if len(_RECORDS_STRUCTS) >= 16:
+            _RECORDS_STRUCTS.clear()
+        st = _RECORDS_STRUCTS[key] = struct.Struct(
+            header_format[0] + f"{header_format[1:]}{body_len}s{tail_len}s" * n
+        )
+    return st
 
 
 def _consume_exception(fut: asyncio.Future[MappedFile]) -> None:

@@ -9,11 +9,14 @@ Files are sparse (created by truncate), named yyyyMMddHHmmssSSS.
 
 from __future__ import annotations
 
+import functools
 import mmap
+import operator
 import os
 import struct
 import time
 from datetime import datetime
+from itertools import repeat
 
 import structlog
 
@@ -33,6 +36,14 @@ _ENTRY = struct.Struct(">iqii")
 _I32 = struct.Struct(">i")
 _INT_MIN = -(1 << 31)
 _INT_MAX = (1 << 31) - 1
+_FIRST = operator.itemgetter(0)
+_MAX_RUN = 1024  # keys per put_key_hashes call (its struct grows with the count)
+
+
+@functools.lru_cache(maxsize=16)
+def _entries_struct(n: int) -> struct.Struct:
+    """n consecutive index entries in one struct."""
+    return struct.Struct(">" + "iqii" * n)
 
 
 def index_key_hash(key: str) -> int:
@@ -83,6 +94,29 @@ class TopicKeyHasher:
         except (UnicodeEncodeError, ValueError):
             return java_hash_unsigned(f"{topic}#{key}")
         return (hp * sc[0] + hk + sc[1]) & _MASK32
+
+    def index_hashes(self, topic: str, keys: list[str]) -> list[int] | None:
+        """index_key_hash(f"{topic}#{key}") (abs of the signed Java hash, MIN_VALUE -> 0) of every key, with
+        C-level maps when the keys all have one length and all hash by the base-31 parse (UNIQ_KEYs of one
+        run); None otherwise (hash them one by one)."""
+        n = len(keys[0]) if keys else 0
+        if not n or n > 64 or list(map(len, keys)).count(n) != len(keys):
+            return None
+        hp = self._prefix.get(topic)
+        if hp is None:
+            if len(self._prefix) > _CACHE_LIMIT:
+                self._prefix.clear()
+            hp = self._prefix[topic] = java_hash_unsigned(topic + "#")
+        sc = self._scale.get(n)
+        if sc is None:
+            sc = self._scale[n] = (pow(31, n, 1 << 32), 48 * sum(31**i for i in range(n)) & _MASK32)
+        try:
+            hks = map(int, map(bytes.translate, map(str.encode, keys, repeat("ascii")), repeat(_B31_FROM_48)), repeat(31))
+            unsigned = list(map(_MASK32.__and__, map((hp * sc[0] + sc[1]).__add__, hks)))
+        except (UnicodeEncodeError, ValueError):
+            return None
+        # abs of the signed value: u - 2^32 when bit 31 is set; MIN_VALUE's abs (2^31) masks to 0.
+        return [u if u < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF for u in unsigned]
 
 
 class IndexFile:
@@ -257,6 +291,43 @@ class IndexFile:
             self._write_header()  # begin timestamp anchors every time diff: persist it at once
         else:
             self._header_dirty = True
+        return True
+
+    def put_key_hashes(self, hashes: list[int], phy_offsets: list[int], store_timestamp: int) -> bool:
+        """put_key_hash for the keys of one dispatch run (one store time, rising offsets, one key per record)
+        with C-level calls: all entries with one pack (they are consecutive), then the slots. False, having
+        written nothing, when the run does not fit the common case (room, a started file, no two keys in one
+        slot, no torn slot): put them one by one then."""
+        n = len(hashes)
+        count = self.index_count
+        if n > _MAX_RUN or count <= 1 or count + n > self.index_num or self.begin_timestamp <= 0:
+            return False
+        slot_num = self.hash_slot_num
+        slots = list(map(INDEX_HEADER_SIZE.__add__, map(HASH_SLOT_SIZE.__mul__, map(slot_num.__rmod__, hashes))))
+        if len(set(slots)) != n:
+            return False  # a chain inside the run: each entry must see the one before it
+        mm = self.mm
+        prevs = list(map(_FIRST, map(_I32.unpack_from, repeat(mm), slots)))
+        if min(prevs) < 0 or max(prevs) >= count:
+            return False  # a torn update or a bad slot: put_key_hash repairs those
+        time_diff = (store_timestamp - self.begin_timestamp) // 1000
+        if time_diff > _INT_MAX:
+            time_diff = _INT_MAX
+        elif time_diff < 0:
+            time_diff = 0
+        flat: list[int] = [time_diff] * (4 * n)
+        flat[0::4] = hashes
+        flat[1::4] = phy_offsets
+        flat[3::4] = prevs
+        # Entries first, then the slots (as put_key_hash: a slot never points at an unwritten entry).
+        _entries_struct(n).pack_into(mm, self._entries_pos + count * INDEX_SIZE, *flat)
+        for _ in map(_I32.pack_into, repeat(mm), slots, range(count, count + n)):
+            pass
+        self.hash_slot_count += prevs.count(INVALID_INDEX)
+        self.index_count = count + n
+        self.end_phy_offset = phy_offsets[-1]
+        self.end_timestamp = store_timestamp
+        self._header_dirty = True
         return True
 
     def has_entry(self, key_hash: int, phy_offset: int) -> bool:
@@ -491,6 +562,23 @@ class IndexService:
                     wrote = True
         if not wrote:
             f.mark_dispatched(commit_log_offset, store_timestamp)
+
+    def build_index_uniq_run(
+        self, topic: str, phy_offsets: list[int], store_timestamp: int, sys_flag: int, uniq_keys: list[str]
+    ) -> bool:
+        """build_index for a dispatch run whose records each have a UNIQ_KEY and no KEYS, in one go. False,
+        having indexed nothing, when the run is not that simple (a replay, a rollback, no room, keys that
+        do not hash in bulk): index it record by record then."""
+        files = self.index_file_list
+        if not files or sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            return False
+        f = files[-1]
+        if phy_offsets[0] <= f.end_phy_offset:
+            return False
+        hashes = self.key_hasher.index_hashes(topic, uniq_keys)
+        if hashes is None:
+            return False
+        return f.put_key_hashes(hashes, phy_offsets, store_timestamp)
 
     # ------------------------------------------------------------------------------ query
 

@@ -7,7 +7,8 @@ so a listener hears of a new message within one loop iteration of the put comple
 
 Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
 tags_code, store_timestamp, keys, uniq_key, sys_flag, properties). A batch comes as one run tuple (see
-store.dispatch): its ConsumeQueue units are written with one pack, its listeners still hear of each record.
+store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY index entries in one go
+(IndexService.build_index_uniq_run), its listeners still hear of each record (one C-level map per listener).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -46,7 +48,10 @@ _MAX_PENDING = 500_000
 _BATCH = 4096  # records per slice of loop time
 
 
-@functools.lru_cache(maxsize=64)
+_MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
+
+
+@functools.lru_cache(maxsize=16)
 def _cq_units(n: int) -> struct.Struct:
     """n ConsumeQueue units in one struct: a batch's entries are written with one pack_into."""
     return struct.Struct(">" + "qiq" * n)
@@ -247,12 +252,24 @@ class ReputMessageService:
                         cq.put_message_position_info(phy, size, tags_code, qo)
                     logics_ts = store_ts
                 if idx is not None:
-                    f = _index_file_with_room(idx, keys, uniq)
-                    if f is None:
-                        await self._roll_index(idx)
-                        max_off = cl.get_max_offset()
-                        f = idx.index_file_list[-1]
-                    _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)
+                    files = idx.index_file_list
+                    f = files[-1] if files else None
+                    if (
+                        uniq and not keys and f is not None and f.index_count < f.index_num
+                        and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK
+                    ):
+                        # _index_record's fast path inline (the common record: UNIQ_KEY only, room left).
+                        h = key_hash(topic, uniq)
+                        if h & 0x80000000:
+                            h = 0 if h == 0x80000000 else 0x100000000 - h
+                        f.put_key_hash(h, phy, store_ts)
+                    else:
+                        f = _index_file_with_room(idx, keys, uniq)
+                        if f is None:
+                            await self._roll_index(idx)
+                            max_off = cl.get_max_offset()
+                            f = idx.index_file_list[-1]
+                        _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)
                 if consumable and listeners:
                     for cb in listeners:
                         try:
@@ -293,6 +310,7 @@ class ReputMessageService:
                 and cq.max_physic_offset <= first
                 and cq_mf.file_from_offset + wp == qo0 * 20
                 and wp + 20 * n <= cq_mf.file_size
+                and n <= _MAX_CQ_RUN
             ):
                 flat: list[int] = [0] * (3 * n)
                 flat[0::3] = phys
@@ -308,23 +326,21 @@ class ReputMessageService:
                     cq.put_message_position_info(phys[k], sizes[k], tags_codes[k], qo0 + k)
         idx = store.index_service
         if idx is not None:
-            key_hash = idx.key_hasher.hash_unsigned
-            for k in range(n):
-                props = props_list[k]
-                keys = props.get(_PROP_KEYS)
-                uniq = props.get(_PROP_UNIQ)
-                f = _index_file_with_room(idx, keys, uniq)
-                if f is None:
-                    await self._roll_index(idx)
-                    f = idx.index_file_list[-1]
-                _index_record(idx, f, key_hash, topic, phys[k], store_ts, sys_flag, keys, uniq, tran)
+            uniqs = list(map(dict.get, props_list, repeat(_PROP_UNIQ)))
+            keys_col = list(map(dict.get, props_list, repeat(_PROP_KEYS)))
+            if any(keys_col) or not all(uniqs) or not idx.build_index_uniq_run(topic, phys, store_ts, sys_flag, uniqs):
+                key_hash = idx.key_hasher.hash_unsigned
+                for k in range(n):
+                    keys = keys_col[k]
+                    uniq = uniqs[k]
+                    f = _index_file_with_room(idx, keys, uniq)
+                    if f is None:
+                        await self._roll_index(idx)
+                        f = idx.index_file_list[-1]
+                    _index_record(idx, f, key_hash, topic, phys[k], store_ts, sys_flag, keys, uniq, tran)
         if consumable and listeners:
-            for k in range(n):
-                for cb in listeners:
-                    try:
-                        cb(topic, qid, qo0 + k + 1, tags_codes[k], store_ts, props_list[k])
-                    except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
-                        log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
+            for cb in listeners:
+                _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
         self.reput_from_offset = end
         return n
 
@@ -370,6 +386,25 @@ class ReputMessageService:
         if idx is not None:
             idx.commit_header()
         return done
+
+
+def _notify_run(
+    cb: ArrivalListener, topic: str, qid: int, first_after: int, tags_codes: list[int], store_ts: int,
+    props_list: list[dict[str, str]],
+) -> None:
+    """cb for every record of a run, in order, by a C-level map; a failing call is logged and the rest of
+    the run still notified."""
+    n = len(tags_codes)
+    k = 0
+    while k < n:
+        afters = iter(range(first_after + k, first_after + n))
+        try:
+            for _ in map(cb, repeat(topic), repeat(qid), afters, tags_codes[k:], repeat(store_ts), props_list[k:]):
+                pass
+            return
+        except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
+            log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
+        k = n - afters.__length_hint__()  # past the record whose call failed
 
 
 def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:

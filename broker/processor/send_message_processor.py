@@ -16,10 +16,12 @@ Extension points (delayed and transactional messages live in broker/schedule and
 from __future__ import annotations
 
 import inspect
+import operator
 import random
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -498,74 +500,25 @@ class SendMessageProcessor:
             sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
         if _is_v6(store_host[0]):
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-        flags: list[int] = []
-        bodies: list[bytes] = []
-        props_list: list[dict[str, str]] = []
-        strings: list[str] = []
-        add_flag = flags.append
-        add_body = bodies.append
-        add_props = props_list.append
-        add_string = strings.append
-        batch_keys = batch_props.keys()
         data = cmd.body if cmd.body is not None else b""
         if type(data) is not bytes:
             data = bytes(data)
-        head = _BATCH_HEAD.unpack_from
-        head_size = _BATCH_HEAD.size
-        short = _SHORT.unpack_from
-        pos, end = 0, len(data)
-        if not end:
+        if not data:
             raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
-        # One pass over the wire body (MessageDecoder.encodeMessages records), decode_properties inlined.
-        while pos < end:
-            if end - pos < head_size + 2:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: truncated message header at byte {pos}"))
-            total, _magic, _crc, flag, body_len = head(data, pos)
-            if total < head_size + 2 or pos + total > end:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
-            bpos = pos + head_size
-            if body_len < 0 or bpos + body_len + 2 > pos + total:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has body length {body_len}"))
-            ppos = bpos + body_len
-            (props_len,) = short(data, ppos)
-            ppos += 2
-            if props_len < 0 or ppos + props_len != pos + total:
-                raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
-                                       f"bad batch body: message at byte {pos} has inconsistent sizes"))
-            body = data[bpos:ppos - 2]
-            pos += total
-            props: dict[str, str] = {}
-            canonical = True
-            if props_len:
-                raw = data[ppos:pos].decode("utf-8", "replace")
-                for item in raw.split(PROPERTY_SEPARATOR):
-                    k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
-                    if sep and k and v:
-                        props[k] = v
-                n = len(props)
-                canonical = raw.count(NAME_VALUE_SEPARATOR) == n and raw.count(PROPERTY_SEPARATOR) == n - 1
-            else:
-                raw = ""
-            if canonical and batch_keys.isdisjoint(props):
-                # The stored string is the message's own, minus WAIT, plus the batch's (no key overlaps).
-                ps = _stored_properties(raw, props, batch_str) if raw else batch_str
-                props.update(batch_props)
-            else:
-                for k, v in batch_props.items():
-                    props.setdefault(k, v)
-                ps = _encode_without_wait(props)
-            if len(ps) * 4 > MAX_PROPERTIES_LENGTH and len(ps.encode("utf-8")) > MAX_PROPERTIES_LENGTH:
-                return reply(ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes")
-            add_flag(flag)
-            add_body(body)
-            add_props(props)
-            add_string(ps)
+        cols = _uniform_columns(data)
+        if cols is None:
+            cols = _walk_batch(data)
+        flags, bodies, raws = cols
+        batch_b = batch_str.encode("utf-8")
+        built = _columnar_properties(raws, batch_props, batch_b)
+        if built is None:
+            built = _per_message_properties(raws, batch_props, batch_b)
+        props_list, stored = built
+        if max(map(len, stored)) > MAX_PROPERTIES_LENGTH:
+            return reply(ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes")
         batch = MessageBatch(
             header.topic, queue_id, sys_flag, header.born_timestamp, born_host, store_host,
-            header.reconsume_times or 0, flags, bodies, props_list, strings,
+            header.reconsume_times or 0, flags, bodies, props_list, None, stored,
         )
         return batch, queue_id, sum(map(len, bodies))
 
@@ -731,6 +684,200 @@ _PROP_CLUSTER = MessageConst.PROPERTY_CLUSTER
 _PROP_CLUSTER_ITEM = _PROP_CLUSTER + NAME_VALUE_SEPARATOR
 _WAIT_ITEM = _PROP_WAIT + NAME_VALUE_SEPARATOR
 _SEP_WAIT_ITEM = PROPERTY_SEPARATOR + _WAIT_ITEM
+
+
+_SEP = PROPERTY_SEPARATOR
+_SEP_B = _SEP.encode()
+_WAIT_ITEM_B = _WAIT_ITEM.encode()
+_SEP_WAIT_ITEM_B = _SEP_WAIT_ITEM.encode()
+_NUL = "\x00"
+_NUL_B = b"\x00"
+_NV_B = NAME_VALUE_SEPARATOR.encode()
+_ITEM_SEPS = _NV_B + _SEP_B
+_SPLIT_ITEM = operator.methodcaller("split", NAME_VALUE_SEPARATOR)
+
+
+_UNIFORM_CACHE: dict[tuple[int, int, int], struct.Struct] = {}
+_UNIFORM_CACHE_MAX = 16
+# Batches of more messages take the walk: a struct's size grows with its field count (~0.25 MB at this cap).
+_UNIFORM_MAX_MESSAGES = 1024
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (0, 1, 2))
+
+
+def _uniform_columns(data: bytes) -> tuple[list[int], list[bytes], list[bytes]] | None:
+    """(flags, bodies, raw properties) of a batch body whose messages all have the first one's body and
+    properties lengths (the common case), unpacked with one struct call; None when they do not."""
+    if len(data) < 44:
+        return None
+    total, _magic, _crc, _flag, body_len = _BATCH_HEAD.unpack_from(data, 0)
+    if body_len < 0 or total < 22 + body_len or total > len(data):
+        return None
+    (props_len,) = _SHORT.unpack_from(data, 20 + body_len)
+    if props_len < 0 or 22 + body_len + props_len != total:
+        return None
+    n, rest = divmod(len(data), total)
+    if rest or n < 2 or n > _UNIFORM_MAX_MESSAGES:
+        return None
+    key = (n, body_len, props_len)
+    st = _UNIFORM_CACHE.get(key)
+    if st is None:
+        if len(_UNIFORM_CACHE) >= _UNIFORM_CACHE_MAX:
+            _UNIFORM_CACHE.clear()
+        st = _UNIFORM_CACHE[key] = struct.Struct(">" + f"iiiii{body_len}sh{props_len}s" * n)
+    v = st.unpack(data)
+    if v[0::8].count(total) != n or v[4::8].count(body_len) != n or v[6::8].count(props_len) != n:
+        return None
+    return list(v[3::8]), list(v[5::8]), list(v[7::8])
+
+
+def _walk_batch(data: bytes) -> tuple[list[int], list[bytes], list[bytes]]:
+    """(flags, bodies, raw properties) of a batch body (MessageDecoder.encodeMessages records), message
+    by message; raises BadRequest naming the first malformed one."""
+    flags: list[int] = []
+    bodies: list[bytes] = []
+    raws: list[bytes] = []
+    head = _BATCH_HEAD.unpack_from
+    head_size = _BATCH_HEAD.size
+    short = _SHORT.unpack_from
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < head_size + 2:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"bad batch body: truncated message header at byte {pos}"))
+        total, _magic, _crc, flag, body_len = head(data, pos)
+        if total < head_size + 2 or pos + total > end:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"bad batch body: message at byte {pos} has size {total}, {end - pos} bytes left"))
+        bpos = pos + head_size
+        if body_len < 0 or bpos + body_len + 2 > pos + total:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"bad batch body: message at byte {pos} has body length {body_len}"))
+        ppos = bpos + body_len
+        (props_len,) = short(data, ppos)
+        ppos += 2
+        if props_len < 0 or ppos + props_len != pos + total:
+            raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL,
+                                   f"bad batch body: message at byte {pos} has inconsistent sizes"))
+        flags.append(flag)
+        bodies.append(data[bpos:ppos - 2])
+        pos += total
+        raws.append(data[ppos:pos])
+    return flags, bodies, raws
+
+
+def _columnar_properties(
+    raws: list[bytes], batch_props: dict[str, str], batch_b: bytes
+) -> tuple[list[dict[str, str]], list[bytes]] | None:
+    """Each message's properties (its own plus the batch's) and stored bytes (its own minus WAIT, then the
+    batch's), column by column with C-level calls, when every message's wire properties are ASCII,
+    canonical (each item one non-empty name\x01value, no name twice) and name the same keys in the same
+    order, none of them one the batch sets -- what every client sends. Then the stored bytes are the wire
+    bytes minus WAIT plus the batch's: no decode/encode round per message. None otherwise."""
+    n = len(raws)
+    r0 = raws[0]
+    if not r0:
+        return None
+    m = r0.count(_SEP_B) + 1
+    # All messages in one string, each behind a \x00 (a byte canonical properties here never hold: the
+    # check below refuses it), so the whole batch is checked, cut and split with a few C calls.
+    j = _NUL_B + _NUL_B.join(raws)
+    if not j.isascii():
+        return None
+    # Separators: per message \x00 then \x01 \x02 \x01 ... \x01 -- exactly m items, one \x01 in each.
+    if j.translate(None, _NOT_SEPARATORS) != (_NUL_B + _ITEM_SEPS * (m - 1) + _NV_B) * n:
+        return None
+    flat = j[1:].decode("ascii").replace(NAME_VALUE_SEPARATOR, _SEP).replace(_NUL, _SEP).split(_SEP)
+    if "" in flat:  # an empty name or value
+        return None
+    k0 = flat[0 : 2 * m : 2]  # name, value, name, value, ...
+    if flat[0::2] != k0 * n or len(set(k0)) != m or not batch_props.keys().isdisjoint(k0):
+        return None
+    values = flat[1::2]
+    sep_batch_b = _SEP_B + batch_b
+    if _PROP_WAIT not in k0:
+        cut = j
+    elif m == 1:
+        wk = k0[0]
+        return [{wk: v, **batch_props} for v in values], [batch_b] * n
+    elif values[k0.index(_PROP_WAIT)::m].count(wait := values[k0.index(_PROP_WAIT)]) == n:
+        # One WAIT value throughout: cut the same item out of every message. WAIT is a name once per
+        # message, matched from the separator before it, and no value holds a separator.
+        if k0[0] == _PROP_WAIT:
+            cut = j.replace(_NUL_B + _WAIT_ITEM_B + wait.encode() + _SEP_B, _NUL_B)
+        else:
+            cut = j.replace(_SEP_WAIT_ITEM_B + wait.encode(), b"")
+    else:
+        cut = _NUL_B + _NUL_B.join(map(_strip_wait, raws))
+    # "\x00a\x00b" -> ["a<batch>", "b<batch>"]: the batch's items appended to each message in one go.
+    stored = (cut + _NUL_B).replace(_NUL_B, sep_batch_b + _NUL_B)[len(sep_batch_b) + 1 : -1].split(_NUL_B)
+    if m == 2 and len(batch_props) == 1:
+        ka, kb = k0
+        ((kc, vc),) = batch_props.items()
+        props_list = [{ka: a, kb: b, kc: vc} for a, b in zip(values[0::2], values[1::2], strict=True)]
+    else:
+        keys = (*k0, *batch_props)
+        columns = [values[i::m] for i in range(m)] + [[v] * n for v in batch_props.values()]
+        props_list = list(map(dict, map(zip, repeat(keys), zip(*columns, strict=True))))
+    return props_list, stored
+
+
+def _per_message_properties(
+    raws: list[bytes], batch_props: dict[str, str], batch_b: bytes
+) -> tuple[list[dict[str, str]], list[bytes]]:
+    """_columnar_properties message by message (mixed shapes): the canonical ones without a decode/encode
+    round, the rest through _batch_item_slow."""
+    batch_keys = batch_props.keys()
+    sep_batch_b = _SEP_B + batch_b
+    props_list: list[dict[str, str]] = []
+    stored: list[bytes] = []
+    for raw in raws:
+        if not raw:
+            props_list.append(dict(batch_props))
+            stored.append(batch_b)
+            continue
+        try:
+            items = raw.decode("utf-8").split(_SEP)
+            props: dict[str, str] | None = dict(map(_SPLIT_ITEM, items))
+        except (UnicodeDecodeError, ValueError):
+            props = None
+        if (
+            props is None or len(props) != len(items) or "" in props or "" in props.values()
+            or not batch_keys.isdisjoint(props)
+        ):
+            props, pb = _batch_item_slow(raw, batch_props)
+        else:
+            if _PROP_WAIT in props:
+                raw = _strip_wait(raw)
+            pb = raw + sep_batch_b if raw else batch_b
+            props.update(batch_props)
+        props_list.append(props)
+        stored.append(pb)
+    return props_list, stored
+
+
+def _strip_wait(raw: bytes) -> bytes:
+    """Canonical properties bytes (see _build_batch) that hold a WAIT item, without it."""
+    if raw.startswith(_WAIT_ITEM_B):
+        cut = raw.find(_SEP_B)
+        return b"" if cut < 0 else raw[cut + 1:]
+    k = raw.find(_SEP_WAIT_ITEM_B)
+    e = raw.find(_SEP_B, k + 1)
+    return raw[:k] if e < 0 else raw[:k] + raw[e:]
+
+
+def _batch_item_slow(raw: bytes, batch_props: dict[str, str]) -> tuple[dict[str, str], bytes]:
+    """A batch message's properties (its own plus the batch's) and stored bytes, for wire bytes the fast
+    path of _build_batch does not take: invalid UTF-8 (replaced), dropped or repeated items, a name the
+    batch also sets (the message's own value wins)."""
+    text = raw.decode("utf-8", "replace")
+    props: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        k, sep, v = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and k and v:
+            props[k] = v
+    for k, v in batch_props.items():
+        props.setdefault(k, v)
+    return props, _encode_without_wait(props).encode("utf-8")
 
 
 def _encode_without_wait(props: dict[str, str]) -> str:

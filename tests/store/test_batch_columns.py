@@ -1,0 +1,209 @@
+"""The column-wise store paths of a batch give what the record-by-record ones give: one struct pack for a
+batch of one shape, the index entries of a UNIQ_KEY run in one go, the arrival listeners by a map, the
+tags codes through the store's hook."""
+
+from __future__ import annotations
+
+import mmap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from remoting.message import (
+    MessageSysFlag,
+    decode_message,
+    host_to_bytes,
+    java_hash_unsigned,
+    java_string_hash,
+)
+from store.commit_log import MessageBatch
+from store.index_service import IndexFile, TopicKeyHasher
+from store.message_store import DefaultMessageStore
+from store.results import PutMessageStatus
+from tests.store.conftest import BORN_HOST, STORE_HOST, make_msg
+
+BORN_TS = int(time.time() * 1000)
+
+
+def uniform_batch(n: int, prefix: str = "F", queue_id: int = 0, tags: str | None = None) -> MessageBatch:
+    props_list = []
+    stored = []
+    for i in range(n):
+        props = {"WAIT": "true", "UNIQ_KEY": f"{prefix}{i:08X}", "CLUSTER": "c"}
+        if tags:
+            props["TAGS"] = tags
+        props_list.append(props)
+        stored.append("\x02".join(f"{k}\x01{v}" for k, v in props.items() if k != "WAIT").encode())
+    return MessageBatch(
+        "TopicTest", queue_id, 0, BORN_TS, BORN_HOST, STORE_HOST, 0,
+        [i % 3 for i in range(n)], [bytes([65 + i % 26]) * 40 for i in range(n)], props_list, None, stored,
+    )
+
+
+async def test_one_shape_batch_stores_what_the_list_stores(
+    make_store: Callable[..., DefaultMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[int] = []
+    put_key_hashes = IndexFile.put_key_hashes
+
+    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
+        ok = put_key_hashes(self, hashes, phys, ts)
+        runs.append(len(hashes) if ok else 0)
+        return ok
+
+    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    store = make_store(maxHashSlotNum=100_003)
+    await store.start()
+    await store.put_many([uniform_batch(2, prefix="E", queue_id=3)])  # the index file's first entries
+    batch = uniform_batch(6, tags="tg")
+    as_list = uniform_batch(6, tags="tg").to_messages()
+    for m in as_list:
+        m.queue_id = 1
+    rb, rl = await store.put_many([batch, as_list])
+    assert rb.status == rl.status == PutMessageStatus.PUT_OK
+    assert await store.wait_dispatched(5)
+    got_b = store.get_message("g", "TopicTest", 0, 0, 6)
+    got_l = store.get_message("g", "TopicTest", 1, 0, 6)
+    assert got_b.message_count == got_l.message_count == 6
+    for i, (xb, xl) in enumerate(zip(got_b.message_buffers, got_l.message_buffers, strict=True)):
+        b = decode_message(bytes(xb))[0]
+        li = decode_message(bytes(xl))[0]
+        assert (b.body, b.properties, b.flag, b.body_crc, b.queue_offset, b.sys_flag, b.born_timestamp) == (
+            li.body, li.properties, li.flag, li.body_crc, li.queue_offset, li.sys_flag, li.born_timestamp)
+        assert b.queue_offset == i and b.store_size == li.store_size == len(xb)
+    cq = store.find_consume_queue("TopicTest", 0)
+    assert [cq.get_unit(i)[2] for i in range(6)] == [java_string_hash("tg")] * 6  # type: ignore[index]
+    now = int(time.time() * 1000)
+    for key in ("F00000000", "F00000005"):
+        assert len(store.query_message("TopicTest", key, 32, 0, now + 1000).message_buffers) == 2
+    assert runs == [6]  # the batch's keys went in as one run (the list's one by one)
+
+
+async def test_tags_code_hook_sees_every_batch_message(make_store: Callable[..., DefaultMessageStore]) -> None:
+    seen: list[str] = []
+
+    def hook(topic: str, props: dict[str, str]) -> int | None:
+        seen.append(props["UNIQ_KEY"])
+        return 7 if props["UNIQ_KEY"].endswith("1") else None
+
+    store = make_store()
+    store.tags_code_hook = hook
+    await store.start()
+    await store.put_many([uniform_batch(3, tags="tg")])
+    assert await store.wait_dispatched(5)
+    assert seen == ["F00000000", "F00000001", "F00000002"]  # once per message
+    cq = store.find_consume_queue("TopicTest", 0)
+    assert [cq.get_unit(i)[2] for i in range(3)] == [java_string_hash("tg"), 7, java_string_hash("tg")]  # type: ignore[index]
+
+
+async def test_failing_listener_does_not_stop_the_run(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    seen: list[int] = []
+    other: list[int] = []
+
+    def flaky(topic: str, qid: int, after: int, tags_code: int, ts: int, props: object) -> None:
+        if after in (2, 4):
+            raise RuntimeError("listener bug")
+        seen.append(after)
+
+    store.add_arrival_listener(flaky)
+    store.add_arrival_listener(lambda topic, qid, after, tc, ts, props: other.append(after))
+    await store.put_many([uniform_batch(5)])
+    assert await store.wait_dispatched(5)
+    assert seen == [1, 3, 5]
+    assert other == [1, 2, 3, 4, 5]
+
+
+def test_index_hashes_match_one_by_one() -> None:
+    h = TopicKeyHasher()
+    keys = [f"7F00000100002A9F{i:016X}" for i in range(300)]
+    got = h.index_hashes("TopicA", keys)
+    want = []
+    for k in keys:
+        u = java_hash_unsigned(f"TopicA#{k}")
+        want.append(0 if u == 0x80000000 else (0x100000000 - u if u & 0x80000000 else u))
+    assert got == want
+    assert h.index_hashes("TopicA", ["abc", "abcd"]) is None  # two lengths
+    assert h.index_hashes("TopicA", ["AB~", "ABC"]) is None  # not a base-31 key
+    assert h.index_hashes("TopicA", ["ÄBC", "ABC"]) is None  # not ASCII
+
+
+def _index_file(path: Path, slots: int = 64, entries: int = 256) -> IndexFile:
+    return IndexFile.create_blocking(str(path), slots, entries, 0, 0)
+
+
+def test_put_key_hashes_writes_what_put_key_hash_writes(tmp_path: Path) -> None:
+    a = _index_file(tmp_path / "a")
+    b = _index_file(tmp_path / "b")
+    ts = 1_700_000_000_000
+    for f in (a, b):  # a started file: the first entry anchors the begin timestamp
+        assert f.put_key_hash(5, 100, ts)
+    hashes = [3, 70, 9, 64 + 5, 1000]  # 64 + 5 lands on the slot already holding entry 1
+    phys = [200, 300, 400, 500, 600]
+    assert a.put_key_hashes(hashes, phys, ts + 5000)
+    for h, p in zip(hashes, phys, strict=True):
+        assert b.put_key_hash(h, p, ts + 5000)
+    a.commit_header()
+    b.commit_header()
+    assert bytes(a.mm) == bytes(b.mm)
+    assert (a.index_count, a.hash_slot_count, a.end_phy_offset, a.end_timestamp) == (
+        b.index_count, b.hash_slot_count, b.end_phy_offset, b.end_timestamp)
+    # Two keys of one run in one slot: refused without writing, so the caller goes key by key.
+    before = bytes(a.mm)
+    assert not a.put_key_hashes([1, 65], [700, 800], ts + 6000)
+    assert bytes(a.mm) == before
+    # No room for the whole run: refused too.
+    assert not a.put_key_hashes(list(range(300)), list(range(1000, 1300)), ts + 6000)
+    # A file without its first entry: refused (put_key_hash anchors the begin timestamp).
+    c = _index_file(tmp_path / "c")
+    assert not c.put_key_hashes([1, 2], [10, 20], ts)
+    for f in (a, b, c):
+        f.close_blocking()
+    assert isinstance(a.mm, mmap.mmap)
+
+
+def test_batch_of_stored_bytes_converts_to_messages() -> None:
+    batch = uniform_batch(3)
+    msgs = batch.to_messages()
+    assert [m.properties_string for m in msgs] == [b.decode() for b in batch.properties_bytes or ()]
+    assert [m.properties for m in msgs] == batch.properties_list
+
+
+async def test_single_message_units_answer_as_the_run_path(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    units = [(make_msg(uniq=f"U{i}", queue_id=i % 2),) for i in range(4)]
+    units.append((make_msg(body=b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE),))
+    units.append((make_msg(uniq="U9"), make_msg(uniq="U10")))  # a two-message unit: the run path
+    results = await store.put_many(units)
+    host = host_to_bytes(STORE_HOST[0]) + STORE_HOST[1].to_bytes(4, "big")
+    for r in results:
+        ar = r.append_result
+        assert r.status == PutMessageStatus.PUT_OK and ar is not None
+        offsets = ar.phy_offsets or [ar.wrote_offset]
+        assert ar.msg_ids == [f"{host.hex().upper()}{o:016X}" for o in offsets]
+    assert [r.append_result.logics_offset for r in results] == [0, 0, 1, 1, 0, 2]  # type: ignore[union-attr]
+    assert await store.wait_dispatched(5)
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 4  # the prepared message took no slot
+    got = store.get_message("g", "TopicTest", 0, 0, 4)
+    assert [decode_message(bytes(b))[0].properties.get("UNIQ_KEY") for b in got.message_buffers] == [
+        "U0", "U2", "U9", "U10"]
+
+
+async def test_a_batch_past_the_one_struct_cap_goes_record_by_record(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    store = make_store(mappedFileSizeCommitLog=1024 * 1024, mappedFileSizeConsumeQueue=4000 * 20, maxIndexNum=4000)
+    await store.start()
+    r = await store.put_many([uniform_batch(1100)])
+    assert r[0].status == PutMessageStatus.PUT_OK
+    assert await store.wait_dispatched(10)
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 1100
+    got = store.get_message("g", "TopicTest", 0, 1090, 10)
+    assert [decode_message(bytes(b))[0].properties["UNIQ_KEY"] for b in got.message_buffers] == [
+        f"F{i:08X}" for i in range(1090, 1100)]
+    now = int(time.time() * 1000)
+    assert len(store.query_message("TopicTest", "F0000044B", 4, 0, now + 1000).message_buffers) == 1
