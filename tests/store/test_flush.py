@@ -6,6 +6,9 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from store.mapped_file import MappedFile
 from store.message_store import DefaultMessageStore
@@ -118,3 +121,44 @@ async def test_async_flush_respects_least_pages(make_store: Callable[..., Defaul
     while store.flushed_offset == 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert store.flushed_offset > 4 * 4096
+
+
+async def test_live_index_file_fsynced_only_in_thorough_rounds(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """Regular consume-queue flush rounds leave the live index file alone (each fsync would
+    write-protect its randomly written slot pages); thorough rounds and shutdown fsync it, and a file
+    the index has rolled past is fsynced in the next regular round."""
+    store = make_store(flushIntervalConsumeQueue=60_000)  # rounds driven by hand below
+    await store.start()
+    try:
+        idx = store.index_service
+        assert idx is not None
+        fsynced: list[str] = []
+        for i in range(5):
+            assert (await store.put_message(make_msg(body=b"x", uniq=f"U{i}"))).is_ok
+        assert await store.wait_dispatched(5)
+        live = idx.index_file_list[-1]
+        orig = type(live).fsync_blocking
+
+        def spy(f: Any) -> None:
+            fsynced.append(f.file_name)
+            orig(f)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(type(live), "fsync_blocking", spy)
+            await store.flush_consume_queue_service.do_flush(2, write_checkpoint=False)
+            assert fsynced == [] and live.flushed_index_count != live.index_count
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=True)
+            assert fsynced == [live.file_name] and live.flushed_index_count == live.index_count
+            assert store.store_checkpoint.index_msg_timestamp == live.end_timestamp
+            fsynced.clear()
+            assert (await store.put_message(make_msg(body=b"y", uniq="V1"))).is_ok
+            assert await store.wait_dispatched(5)
+            idx.commit_header()
+            await asyncio.get_running_loop().run_in_executor(None, idx.roll_blocking)
+            assert idx.index_file_list[-1] is not live
+            await store.flush_consume_queue_service.do_flush(2, write_checkpoint=False)
+            assert fsynced == [live.file_name]  # the rolled file, not the new live one
+    finally:
+        await store.shutdown()
