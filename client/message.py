@@ -89,6 +89,10 @@ class Message:
         self.body = body.encode("utf-8") if isinstance(body, str) else body
         self.flag = flag
         self.transaction_id: str | None = None
+        if not (properties or tags or keys or delay_level):
+            # The plain message (the per-message path of most producers): the dict the steps below build.
+            self.properties = {_WAIT: "true" if wait_store_msg_ok else "false"}
+            return
         props: dict[str, str] = {}
         if properties:
             for k, v in properties.items():
@@ -265,13 +269,15 @@ _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE(0), BODYCRC(0), FL
 _I16 = struct.Struct(">h")
 
 
-def _encode_into(parts: list[bytes | bytearray | memoryview], msg: Message) -> None:
+def _encode_into(parts: list[bytes | bytearray | memoryview], msg: Message, encoded: str | None = None) -> None:
     body = msg.body
-    props_map = msg.properties
-    try:
-        props = _PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props_map.items())).encode("utf-8")
-    except TypeError:  # a None value (properties edited by hand): encode_properties skips those
-        props = encode_properties(props_map).encode("utf-8")
+    if encoded is None:
+        props_map = msg.properties
+        try:
+            encoded = _PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props_map.items()))
+        except TypeError:  # a None value (properties edited by hand): encode_properties skips those
+            encoded = encode_properties(props_map)
+    props = encoded.encode("utf-8")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(
             f"properties of a message are {len(props)} bytes, over the {MAX_PROPERTIES_LENGTH} limit"
@@ -290,10 +296,15 @@ def encode_message(msg: Message) -> bytes:
     return b"".join(parts)
 
 
-def encode_messages(msgs: Sequence[Message]) -> bytes:
+def encode_messages(msgs: Sequence[Message], encoded_properties: Sequence[str | None] | None = None) -> bytes:
     """A SEND_BATCH_MESSAGE body: the messages' encodings back to back (MessageDecoder.encodeMessages);
-    one join over all the parts, so each body is copied once."""
+    one join over all the parts, so each body is copied once. `encoded_properties`, if given, has per
+    message its properties string already encoded (what encode_properties gives), or None."""
     parts: list[bytes | bytearray | memoryview] = []
-    for m in msgs:
-        _encode_into(parts, m)
+    if encoded_properties is None:
+        for m in msgs:
+            _encode_into(parts, m)
+    else:
+        for m, e in zip(msgs, encoded_properties, strict=True):
+            _encode_into(parts, m, e)
     return b"".join(parts)

@@ -12,7 +12,7 @@ import structlog
 from .codec import MAX_FRAME_SIZE
 from .codes import SerializeType
 from .command import OpaqueGenerator, RemotingCommand
-from .connection import RemotingConnection, RequestDispatcher, ResponseCallback
+from .connection import RemotingConnection, RequestDispatcher, ResponseCallback, ResponseEntry
 from .errors import RemotingConnectError, RemotingError
 
 log = structlog.get_logger(__name__)
@@ -165,9 +165,27 @@ class RemotingClient:
         RemotingConnectionClosedError — exactly once, synchronously from the read path. The callback
         must not raise and must not block."""
         conn = self._conns.get(addr)
-        if conn is None or conn.closed or not conn.is_writable:
+        if conn is None or conn.closed or conn.write_paused:
             return False
         conn.invoke_callback(self._prepare(cmd, addr), timeout_ms, callback)
+        return True
+
+    def invoke_entry_packed_nowait(
+        self,
+        addr: str,
+        entry: ResponseEntry,
+        code: int,
+        ext_parts: tuple[bytes, ...],
+        body: bytes | bytearray | memoryview,
+        timeout_ms: float,
+    ) -> bool:
+        """invoke_callback_nowait for a request to a MSGPACK peer given as code, pre-packed extFields
+        pieces and body, answered to entry.on_response (RemotingConnection.invoke_entry_packed): no
+        RemotingCommand and no callback object are built. False: nothing sent."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed or conn.write_paused:
+            return False
+        conn.invoke_entry_packed(entry, code, ext_parts, body, timeout_ms)
         return True
 
     async def invoke_async(

@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 
 from .codes import LanguageCode, SerializeType
-from .command import RemotingCommand
+from .command import DEFAULT_VERSION, RemotingCommand
 from .errors import ProtocolError
 
 MAX_FRAME_SIZE = 16 * 1024 * 1024
@@ -144,6 +144,30 @@ def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes | bytearray | memor
     return _pack_prefix(total, (st << 24) | hlen) + header, (body if blen else None)
 
 
+# encode_msgpack_request_head: per request code, the header's constant lead (fixarray of 7, code,
+# language, version) and tail after the opaque (flag 0, remark nil).
+_MSGPACK_REQUEST_LEADS: dict[int, bytes] = {}
+_MSGPACK_FLAG0_NO_REMARK = b"\x00\xc0"
+_MSGPACK_STYPE_BITS = int(SerializeType.MSGPACK) << 24
+
+
+def encode_msgpack_request_head(code: int, opaque: int, ext_parts: tuple[bytes, ...], body_len: int) -> bytes:
+    """Prefix + MSGPACK header of a plain request (flag 0, no remark, this side's language and version)
+    whose extFields map is already packed, as the concatenation of `ext_parts`: the exact bytes
+    encode_parts gives for RemotingCommand(code, opaque, 0, None, ..., packed_ext=b"".join(ext_parts),
+    serialize_type=MSGPACK), built without a command object (the producer's pipelined sends)."""
+    lead = _MSGPACK_REQUEST_LEADS.get(code)
+    if lead is None:
+        lead = _FIXARRAY7 + _msgpack_packb((code, LanguageCode.PYTHON, DEFAULT_VERSION))[1:]
+        _MSGPACK_REQUEST_LEADS[code] = lead
+    header = b"".join((lead, _msgpack_packb(opaque), _MSGPACK_FLAG0_NO_REMARK, *ext_parts))
+    hlen = len(header)
+    total = 4 + hlen + body_len
+    if total > MAX_FRAME_SIZE:
+        raise ProtocolError(f"frame of {total} bytes exceeds the {MAX_FRAME_SIZE} byte limit")
+    return _pack_prefix(total, _MSGPACK_STYPE_BITS | hlen) + header
+
+
 def encode(cmd: RemotingCommand) -> bytes:
     head, body = encode_parts(cmd)
     return head + bytes(body) if body is not None else head
@@ -240,10 +264,10 @@ def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
         ):
             code, opaque, flag, version = int(code), int(opaque), int(flag), int(version)
         language = _LANGUAGE_BY_NUMBER.get(lang) if lang.__class__ is int else None
+        if language is None:  # (not `or`: JAVA, what brokers answer with, is 0 and falsy)
+            language = _language(lang)
         # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type.
-        return RemotingCommand(
-            code, opaque, flag, remark, ext, None, language or _language(lang), version, _MSGPACK
-        )
+        return RemotingCommand(code, opaque, flag, remark, ext, None, language, version, _MSGPACK)
     except ProtocolError:
         raise
     except Exception as e:  # msgpack raises several unrelated types on garbage

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from .codec import MAX_FRAME_SIZE, FrameDecoder, encode_parts
+from .codec import MAX_FRAME_SIZE, FrameDecoder, encode_msgpack_request_head, encode_parts
 from .codes import RemotingFlag, ResponseCode, code_name
 from .command import OpaqueGenerator, RemotingCommand
 from .errors import (
@@ -459,6 +459,49 @@ class _CallbackPending(_Pending):
         ))
 
 
+class ResponseEntry(_Pending):
+    """A pipelined request that is its own response handler (RemotingConnection.invoke_entry_packed):
+    a subclass adds its request state and implements on_response(response, exc), called exactly once,
+    synchronously from the read path (or the time-out scan, or connection_lost), like invoke_callback's
+    callback. One object per request instead of a callback object plus a _CallbackPending. A finished
+    entry may wait in the time-out FIFO behind an unanswered one: on_response should drop references
+    to large state (bodies, futures). The connection fills code, started, timeout_ms and the slots here."""
+
+    __slots__ = ("conn", "opaque", "deadline", "finished")
+
+    conn: RemotingConnection
+    opaque: int
+    deadline: float
+    finished: bool
+
+    def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def resolve(self, response: RemotingCommand) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.on_response(response, None)
+        except Exception:  # runs inside data_received: never let it break the read loop
+            log.exception("response_callback_failed", peer=self.conn.remote_addr, opaque=self.opaque)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self.on_response(None, exc)
+        except Exception:
+            log.exception("response_callback_failed", peer=self.conn.remote_addr, opaque=self.opaque)
+
+    def expire(self, now: float) -> None:
+        pending = self.conn._pending
+        if pending.get(self.opaque) is self:
+            del pending[self.opaque]
+        self.fail(RemotingTimeoutError(self.conn.remote_addr, self.code, (now - self.started) * 1000.0, self.timeout_ms))
+
+
 _COMPACT_MIN = 4096  # _TimeoutScan: smallest FIFO worth compacting
 
 
@@ -472,12 +515,12 @@ class _TimeoutScan:
     __slots__ = ("_queues", "_compact_at", "_handle", "_due")
 
     def __init__(self) -> None:
-        self._queues: dict[float, deque[_CallbackPending]] = {}
+        self._queues: dict[float, deque[_CallbackPending | ResponseEntry]] = {}
         self._compact_at: dict[float, int] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
 
-    def add(self, entry: _CallbackPending) -> None:
+    def add(self, entry: _CallbackPending | ResponseEntry) -> None:
         key = entry.timeout_ms
         dq = self._queues.get(key)
         if dq is None:
@@ -554,6 +597,9 @@ class RemotingConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._write_ok = asyncio.Event()
         self._write_ok.set()
+        # pause_writing/resume_writing state as a plain attribute: the per-request nowait paths read it
+        # (Event.is_set through a property costs two calls).
+        self.write_paused = False
         self._out: list[bytes | bytearray | memoryview] = []
         self._flush_scheduled = False
         self.transport: asyncio.Transport | None = None
@@ -621,6 +667,7 @@ class RemotingConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._write_ok.set()
+        self.write_paused = False
         if not self.connected.done():
             self.connected.set_exception(
                 RemotingConnectionClosedError(self.remote_addr, reason="connection lost before it was ready")
@@ -639,11 +686,13 @@ class RemotingConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # Backpressure: stop reading requests from a peer that is not reading our answers.
         self._write_ok.clear()
+        self.write_paused = True
         if self.transport is not None and self._role == "server":
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._write_ok.set()
+        self.write_paused = False
         if self.transport is not None and self._role == "server" and not self.closed:
             self.transport.resume_reading()
 
@@ -749,6 +798,47 @@ class RemotingConnection(asyncio.Protocol):
         except Exception:
             pending.pop(opaque, None)
             raise
+        timeouts = self._timeouts
+        if timeouts is None:
+            timeouts = self._timeouts = _TimeoutScan()
+        timeouts.add(entry)
+
+    def invoke_entry_packed(
+        self,
+        entry: ResponseEntry,
+        code: int,
+        ext_parts: tuple[bytes, ...],
+        body: bytes | bytearray | memoryview,
+        timeout_ms: float,
+    ) -> None:
+        """invoke_callback for a MSGPACK request given as its code, its extFields map already packed (as
+        pieces to concatenate) and its body, answered to `entry.on_response`: the frame's head is built
+        straight from them (the bytes encode_parts gives for the equivalent RemotingCommand), with no
+        command object and no callback object. Same contract as invoke_callback."""
+        pending = self._pending
+        if len(pending) >= self._max_inflight:
+            raise RemotingTooMuchRequestError(f"{len(pending)} requests already in flight to {self.remote_addr}")
+        t = self.transport
+        if t is None or self.closed or t.is_closing():
+            raise RemotingSendRequestError(self.remote_addr, "connection is closed")
+        opaque = self._opaque.next()
+        head = encode_msgpack_request_head(code, opaque, ext_parts, len(body))
+        started = time.monotonic()
+        entry.code = code
+        entry.started = started
+        entry.timeout_ms = timeout_ms
+        entry.conn = self
+        entry.opaque = opaque
+        entry.deadline = started + timeout_ms / 1000.0
+        entry.finished = False
+        pending[opaque] = entry
+        out = self._out
+        out.append(head)
+        if body:
+            out.append(body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
         timeouts = self._timeouts
         if timeouts is None:
             timeouts = self._timeouts = _TimeoutScan()

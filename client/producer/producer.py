@@ -31,6 +31,7 @@ import structlog
 
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
+from remoting.connection import ResponseEntry
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import CheckTransactionStateRequestHeader
 from remoting.message import (
@@ -89,6 +90,9 @@ _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 # The properties header of a batch: only its waitStoreMsgOK.
 _WAIT_TRUE = encode_properties({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "true"})
 _WAIT_FALSE = encode_properties({MessageConst.PROPERTY_WAIT_STORE_MSG_OK: "false"})
+_WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
+# The properties of a message with nothing but waitStoreMsgOK, up to its new UNIQ_KEY's value.
+_WAIT_TRUE_UNIQ = _WAIT_TRUE + PROPERTY_SEPARATOR + _UNIQ + NAME_VALUE_SEPARATOR
 
 
 class CommunicationMode(enum.Enum):
@@ -101,6 +105,11 @@ class _State(enum.Enum):
     CREATE_JUST = 0
     RUNNING = 1
     SHUTDOWN = 2
+
+
+# Enum members bound once for the per-send paths (an Enum class attribute lookup costs ~10x a global).
+_RUNNING = _State.RUNNING
+_SEND_OK = SendStatus.SEND_OK
 
 
 class _Prepared:
@@ -145,6 +154,9 @@ _HEADER_CACHE_MAX = 4096  # bound of Producer._header_cache (cleared when full)
 _PACK = msgpack.Packer(use_bin_type=True).pack
 _PACKED_G = _PACK("g")
 _PACKED_I = _PACK("i")
+_MSGPACK = SerializeType.MSGPACK  # bound once: compared per send
+_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
 class _HeaderFixed:
@@ -546,7 +558,7 @@ class Producer:
 
     def _prepare_now(self, msg: Message, compressed: bytes | None = None) -> _Prepared:
         """_prepare without awaiting: `compressed` is the body already compressed (big bodies)."""
-        if self._state is not _State.RUNNING:
+        if self._state is not _RUNNING:
             self._running_instance()  # raises NotStartedError
         if compressed is None:
             body = msg.body
@@ -562,7 +574,8 @@ class Producer:
                     self._checked_topics.add(msg.topic)
         props = msg.properties
         uniq = props.get(_UNIQ)
-        if uniq is None:
+        fresh = uniq is None
+        if fresh:
             uniq = create_uniq_id()
             props[_UNIQ] = uniq
         body = msg.body
@@ -582,10 +595,15 @@ class Producer:
             mrt = props.pop(_MAX_RECONSUME, None)
             if mrt is not None:
                 max_reconsume = int(mrt)
-        try:
-            encoded = PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props.items()))
-        except TypeError:  # a None value (properties edited by hand): encode_properties skips those
-            encoded = encode_properties(props)
+        if fresh and len(props) == 2 and props.get(_WAIT) == "true":
+            # A message with no tags, keys or user properties: the encoding is a constant and the new id
+            # (WAIT was there first, UNIQ_KEY was just appended), without the generic join.
+            encoded = _WAIT_TRUE_UNIQ + uniq
+        else:
+            try:
+                encoded = PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props.items()))
+            except TypeError:  # a None value (properties edited by hand): encode_properties skips those
+                encoded = encode_properties(props)
         return _Prepared(
             msg.topic,
             body,
@@ -599,7 +617,7 @@ class Producer:
         )
 
     def _prepare_batch(self, msgs: list[Message]) -> _Prepared:
-        if self._state is not _State.RUNNING:
+        if self._state is not _RUNNING:
             self._running_instance()  # raises NotStartedError
         if not msgs:
             raise InvalidMessageError("a batch needs at least one message")
@@ -633,13 +651,18 @@ class Producer:
                     "The waitStoreMsgOK of the messages in one batch should be the same"
                 )
         ids = []
+        encoded: list[str | None] = []  # as in _prepare_now: plain messages skip the generic join
         for m in msgs:
-            uniq = m.properties.get(_UNIQ)
+            props = m.properties
+            uniq = props.get(_UNIQ)
             if uniq is None:
                 uniq = create_uniq_id()
-                m.properties[_UNIQ] = uniq
+                props[_UNIQ] = uniq
+                encoded.append(_WAIT_TRUE_UNIQ + uniq if len(props) == 2 and props.get(_WAIT) == "true" else None)
+            else:
+                encoded.append(None)
             ids.append(uniq)
-        body = encode_messages(msgs)
+        body = encode_messages(msgs, encoded)
         if len(body) > self.max_message_size:
             raise InvalidMessageError(
                 f"the batch of {len(msgs)} messages encodes to {len(body)} bytes, over maxMessageSize "
@@ -828,6 +851,17 @@ class Producer:
             cmd.packed_ext = fixed.packed + _PACK(born) + _PACKED_I + _PACK(prepared.properties)
         return cmd
 
+    def _packed_request(self, prepared: _Prepared, mq: MessageQueue) -> tuple[int, tuple[bytes, ...]]:
+        """_build_request(prepared, mq, True) as (code, extFields msgpack map as pieces to concatenate):
+        what RemotingConnection.invoke_entry_packed takes, without the command and its dict."""
+        batch = prepared.batch
+        key = (prepared.topic, mq.queue_id, prepared.sys_flag, prepared.flag, prepared.reconsume_times,
+               prepared.max_reconsume, batch)
+        fixed = self._header_cache.get(key)
+        if fixed is None:
+            fixed = self._header_fixed(key)
+        return (_SEND_BATCH if batch else _SEND_V2), (fixed.packed, _PACK(str(time.time_ns() // 1_000_000)), _PACKED_I, _PACK(prepared.properties))
+
     def _header_fixed(self, key: tuple[Any, ...]) -> _HeaderFixed:
         topic, queue_id, sys_flag, flag, reconsume_times, max_reconsume, batch = key
         base = self._header_base
@@ -863,7 +897,7 @@ class Producer:
         permit frees (still no Task). A failed attempt continues in `_send_default` (retries as
         usual). None: nothing was prepared, take the slow path. The returned future is already tracked."""
         inst = self._instance
-        if inst is None or self._state is not _State.RUNNING:
+        if inst is None or self._state is not _RUNNING:
             return None
         info = inst.get_publish_info(topic)
         if info is None:
@@ -898,13 +932,13 @@ class Producer:
         """Write the first attempt of `prepared` through the connection's callback path; False when
         that is not possible right now (not running, no route, no open writable connection)."""
         inst = self._instance
-        if inst is None or self._state is not _State.RUNNING:
+        if inst is None or self._state is not _RUNNING:
             return False
         if info is None:
             info = inst.get_publish_info(prepared.topic)
             if info is None:
                 return False
-        begin = _now_ms()
+        begin = time.monotonic() * 1000.0  # (_now_ms, inlined: once per send)
         mq = self.fault_strategy.select_one_message_queue(info, None)
         addr = inst.find_broker_address_in_publish(mq.broker_name)
         if addr is None:
@@ -913,8 +947,15 @@ class Producer:
         api = inst.api
         pending = _FastSend(self, out, prepared, mq, addr, api, begin, timeout)
         remoting = api.remoting
-        request = self._build_request(prepared, mq, remoting.serialize_type_for(addr) is SerializeType.MSGPACK)
-        if not remoting.invoke_callback_nowait(addr, request, budget, pending.on_response):
+        # (serialize_type_for, inlined)
+        st = remoting.addr_serialize_types.get(addr, remoting.serialize_type)
+        if st is _MSGPACK and (prepared.batch or self.send_smart_msg):
+            # No RemotingCommand and no header dict: the frame head is spliced from cached pieces.
+            code, ext_parts = self._packed_request(prepared, mq)
+            sent = remoting.invoke_entry_packed_nowait(addr, pending, code, ext_parts, prepared.body, budget)
+        else:
+            sent = remoting.invoke_callback_nowait(addr, self._build_request(prepared, mq), budget, pending.on_response)
+        if not sent:
             return False
         out._fast = pending  # a cancelled send frees its slot at once (_SendFuture.cancel)
         return True
@@ -1028,11 +1069,15 @@ class _SendFuture(asyncio.Future):  # type: ignore[type-arg]
         return True
 
 
-class _FastSend:
-    """The state of one in-flight Producer._send_async_fast attempt; on_response is the remoting
-    client's response callback (one slotted object per send instead of a dozen closure cells)."""
+class _FastSend(ResponseEntry):
+    """The state of one in-flight Producer._send_async_fast attempt. It is the connection's pending
+    entry itself (ResponseEntry: no callback object per send), or, to a peer without MSGPACK headers,
+    on_response is the response callback (one slotted object per send instead of a dozen closure cells)."""
 
     __slots__ = ("producer", "out", "prepared", "mq", "addr", "api", "begin", "timeout", "held")
+
+    out: asyncio.Future[SendResult] | None
+    prepared: _Prepared | None
 
     def __init__(
         self, producer: Producer, out: asyncio.Future[SendResult], prepared: _Prepared, mq: MessageQueue,
@@ -1057,6 +1102,10 @@ class _FastSend:
         """Called once, synchronously from the connection's read path (or its time-out scan)."""
         self.free()
         out = self.out
+        prepared = self.prepared
+        assert out is not None and prepared is not None
+        # A finished entry may wait in the connection's time-out FIFO: hold no future and no body there.
+        self.out = self.prepared = None
         # out._fast <-> self is a reference cycle: break it now, so that the send's objects are freed by
         # reference counting when the caller drops the future instead of piling up for the cyclic gc
         # (measured: it was most of the client's gc time on pipelined sends).
@@ -1070,7 +1119,7 @@ class _FastSend:
             if exc is not None:
                 raise exc
             assert response is not None
-            result = self.api.process_send_response(broker, mq.topic, self.prepared.uniq_id, response, self.addr, mq)
+            result = self.api.process_send_response(broker, mq.topic, prepared.uniq_id, response, self.addr, mq)
         except (RemotingError, MQClientError, MQBrokerError) as e:
             p.fault_strategy.update_fault_item(broker, _now_ms() - self.begin, True)
             retry = p.retry_times_when_send_async_failed > 0 and (
@@ -1087,7 +1136,7 @@ class _FastSend:
             )
             out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
-                p._send_async_continue(self.prepared, self.timeout, self.begin, broker, e)
+                p._send_async_continue(prepared, self.timeout, self.begin, broker, e)
             ))
             return
         except Exception as e:  # a bug, not a broker answer: fail this send rather than the read loop
@@ -1097,10 +1146,10 @@ class _FastSend:
         fs = p.fault_strategy
         if fs.send_latency_fault_enable:  # (update_fault_item is a no-op otherwise: skip the clock read)
             fs.update_fault_item(broker, _now_ms() - self.begin, False)
-        if result.status is not SendStatus.SEND_OK and p.retry_another_broker_when_not_store_ok:
+        if result.status is not _SEND_OK and p.retry_another_broker_when_not_store_ok:
             out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
-                p._send_async_continue(self.prepared, self.timeout, self.begin, mq.broker_name, None, result)
+                p._send_async_continue(prepared, self.timeout, self.begin, mq.broker_name, None, result)
             ))
             return
         p._inflight.discard(out)

@@ -9,6 +9,7 @@ import time
 from client import Message, Producer
 from remoting import RemotingClient, RemotingCommand
 from remoting.body import HeartbeatData, ProducerData
+from remoting.codec import FrameDecoder
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.connection import RemotingConnection
 from remoting.headers import SERIALIZE_TYPES_EXT_FIELD
@@ -18,14 +19,16 @@ from tests.support.daemons import Daemon
 async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple[str, str, Daemon]) -> None:
     ns, broker, _d = cluster
     sent: list[tuple[str, int, SerializeType]] = []
-    real_send = RemotingConnection.send
+    real_flush = RemotingConnection._flush
 
-    def recording_send(self: RemotingConnection, cmd: RemotingCommand) -> None:
-        if not cmd.is_response:
-            sent.append((self.remote_addr, cmd.code, cmd.serialize_type))
-        real_send(self, cmd)
+    def recording_flush(self: RemotingConnection) -> None:
+        # What actually goes on the wire (every send path ends here with whole frames), decoded.
+        for cmd in FrameDecoder().feed(b"".join(bytes(b) for b in self._out)):
+            if not cmd.is_response:
+                sent.append((self.remote_addr, cmd.code, cmd.serialize_type))
+        real_flush(self)
 
-    RemotingConnection.send = recording_send  # type: ignore[method-assign]
+    RemotingConnection._flush = recording_flush  # type: ignore[method-assign]
     try:
         async with Producer("negotiation_pg", ns) as p:
             r = await p.send(Message("NegotiationT", b"first"))  # route lookup, connection, heartbeat
@@ -51,7 +54,7 @@ async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple
             to_ns = [s for s in sent if s[0] == ns]
             assert to_ns and {s[2] for s in to_ns} == {SerializeType.JSON}
     finally:
-        RemotingConnection.send = real_send  # type: ignore[method-assign]
+        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
 
     # A JSON-only client (as a real RocketMQ client is) gets JSON answers, heartbeat included.
     plain = RemotingClient()

@@ -173,3 +173,55 @@ async def test_a_completed_async_send_is_freed_without_the_cyclic_gc(fakes: tupl
             assert ref() is None
         finally:
             gc.enable()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Message("HotTopic", b"x"),
+        lambda: Message("HotTopic", b"x", wait_store_msg_ok=False),
+        lambda: Message("HotTopic", b"x", tags="T"),
+        lambda: Message("HotTopic", b"x", keys=["k1", "k2"]),
+        lambda: Message("HotTopic", b"x", properties={"u": "v"}),
+        lambda: Message("HotTopic", b"x", properties={"UNIQ_KEY": "given"}),
+    ],
+)
+async def test_prepared_properties_equal_the_generic_encoding(
+    fakes: tuple[FakeNameServer, FakeBroker], make: object
+) -> None:
+    """The no-tags/no-keys shortcut of the properties string gives the generic encoder's bytes."""
+    ns, _b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        for _ in range(2):
+            msg = make()  # type: ignore[operator]
+            prepared = p._prepare_now(msg)
+            assert prepared.properties == encode_properties(msg.properties)
+            assert decode_properties(prepared.properties)["UNIQ_KEY"] == prepared.uniq_id
+
+
+def test_plain_message_shortcut_builds_the_general_properties() -> None:
+    for wait in (True, False):
+        want = {"WAIT": "true" if wait else "false"}
+        for kw in ({}, {"keys": []}, {"properties": {}}, {"tags": ""}, {"keys": ""}, {"delay_level": 0}):
+            m = Message("T", "body", wait_store_msg_ok=wait, **kw)  # type: ignore[arg-type]
+            assert m.properties == want and list(m.properties) == ["WAIT"] and m.body == b"body"
+    m = Message("T", b"x", tags="A", keys="k", properties={"u": "1"}, delay_level=2)
+    assert list(m.properties.items()) == [("u", "1"), ("TAGS", "A"), ("KEYS", "k"), ("DELAY", "2"), ("WAIT", "true")]
+
+
+async def test_prepared_batch_body_equals_the_reference_encoding(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    """_prepare_batch's shortcut for plain messages (properties string built with the new id) gives
+    the generic encoder's bytes, mixed with messages that take the generic path."""
+    ns, _b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        msgs = [
+            Message("HotTopic", b"plain-1"),
+            Message("HotTopic", b"tagged", tags="T"),
+            Message("HotTopic", b"plain-2", flag=9),
+            Message("HotTopic", b"given-id", properties={"UNIQ_KEY": "given"}),
+            Message("HotTopic", b"user-prop", properties={"u": "v"}),
+        ]
+        prepared = p._prepare_batch(msgs)
+        assert bytes(prepared.body) == _reference_batch_body(msgs)
+        assert prepared.uniq_id.split(",") == [m.properties["UNIQ_KEY"] for m in msgs]
+        assert [m.properties["UNIQ_KEY"] for m in msgs][3] == "given"

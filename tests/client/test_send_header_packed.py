@@ -3,12 +3,14 @@ decode to exactly the fields the JSON/ROCKETMQ forms carry, for every field comb
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from client import Producer
 from client.message import MessageQueue
 from client.producer.producer import _HEADER_CACHE_MAX, _Prepared
-from remoting.codec import FrameDecoder, encode_parts
+from remoting.codec import FrameDecoder, encode_msgpack_request_head, encode_parts
 from remoting.codes import RequestCode, SerializeType
 from remoting.headers import decode_send_header_v2
 
@@ -69,3 +71,25 @@ def test_header_cache_is_bounded() -> None:
         cmd = p._build_request(_Prepared("PackedTopic", b"b", 0, i, "", "u"), mq, True)
         assert cmd.ext_fields["h"] == str(i)
     assert len(p._header_cache) <= _HEADER_CACHE_MAX
+
+
+@pytest.mark.parametrize(
+    ("sys_flag", "flag", "reconsume", "max_reconsume", "batch"),
+    [(0, 0, 0, None, False), (1, 7, 3, 16, False), (0, 0, 0, None, True)],
+)
+def test_commandless_frame_equals_the_packed_command_frame(
+    monkeypatch: pytest.MonkeyPatch, sys_flag: int, flag: int, reconsume: int, max_reconsume: int | None, batch: bool
+) -> None:
+    """The pipelined fast path's frame (no RemotingCommand) is byte for byte the packed command's."""
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_123_456_789)
+    p = _producer()
+    prepared = _Prepared("PackedTopic", b"body" * 100, sys_flag, flag, "WAIT\x01true\x02UNIQ_KEY\x01u1", "u1",
+                         batch, reconsume, max_reconsume)
+    mq = MessageQueue("PackedTopic", "broker-a", 3)
+    cmd = p._build_request(prepared, mq, True)
+    cmd.serialize_type = SerializeType.MSGPACK
+    cmd.opaque = 4242
+    head, body = encode_parts(cmd)
+    code, parts = p._packed_request(prepared, mq)
+    assert code == cmd.code
+    assert encode_msgpack_request_head(code, 4242, parts, len(prepared.body)) == head and body == prepared.body
