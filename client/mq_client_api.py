@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -499,6 +499,21 @@ class MQClientAPIImpl:
             addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext_fields), timeout_ms
         )
         return self.process_pull_response(resp, addr, decode=decode)
+
+    def pull_message_callback_nowait(
+        self,
+        addr: str,
+        ext_fields: dict[str, str],
+        timeout_ms: float,
+        callback: Callable[[RemotingCommand | None, BaseException | None], None],
+    ) -> bool:
+        """pull_message_ext without a coroutine, Future or timer per pull (Java's pullMessageAsync):
+        sends now if a connection to addr is open and writable (else False: nothing sent), then calls
+        callback(response, None) or callback(None, error) once, from the read path. The caller turns
+        the response into a PullResult with process_pull_response."""
+        return self.remoting.invoke_callback_nowait(
+            addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext_fields), timeout_ms, callback
+        )
 
     async def query_consumer_offset(
         self, addr: str, group: str, topic: str, queue_id: int, timeout_ms: float | None = None

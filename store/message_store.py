@@ -665,8 +665,6 @@ class DefaultMessageStore:
         min_offset = 0
         max_offset = 0
         result = GetMessageResult()
-        cl = self.commit_log
-        max_offset_py = cl.get_max_offset()
 
         cq = self.get_consume_queue(topic, queue_id)
         if cq is None:
@@ -701,13 +699,14 @@ class DefaultMessageStore:
                         max_offset=max_offset,
                     )
                 else:
+                    # Read only here: a pull at the queue's end (held for long polling) needs none of it.
+                    max_offset_py = self.commit_log.get_max_offset()
+                    hot = self._memory_for_hot_data()
                     status, consumed, max_phy_pulling = self._fill_get_result(
-                        result, buf[0], offset, max_msg_nums, message_filter, max_total_bytes, max_offset_py
+                        result, buf[0], offset, max_msg_nums, message_filter, max_total_bytes, max_offset_py, hot
                     )
                     next_begin_offset = offset + consumed
-                    result.suggest_pulling_from_slave = (
-                        max_offset_py - max_phy_pulling
-                    ) > self._memory_for_hot_data()
+                    result.suggest_pulling_from_slave = (max_offset_py - max_phy_pulling) > hot
         if status == GetMessageStatus.FOUND:
             stats.get_message_times_total_found += 1
             stats.get_message_transfered_msg_count += result.message_count
@@ -731,6 +730,7 @@ class DefaultMessageStore:
         message_filter: MessageFilter | None,
         max_total_bytes: int | None,
         max_offset_py: int,
+        hot: int,
     ) -> tuple[GetMessageStatus, int, int]:
         cfg = self.message_store_config
         cl = self.commit_log
@@ -747,7 +747,6 @@ class DefaultMessageStore:
         else:
             mem_bytes = disk_bytes = max_total_bytes
             mem_count = disk_count = max_msg_nums
-        hot = self._memory_for_hot_data()
         cq_filter = message_filter.is_matched_by_consume_queue if message_filter is not None else None
         cl_filter = getattr(message_filter, "is_matched_by_commit_log", None)
         if cl_filter is not None and not getattr(message_filter, "needs_commit_log_match", True):

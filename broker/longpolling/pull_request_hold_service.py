@@ -2,9 +2,10 @@
 
 A pull that finds nothing new is parked here (per topic@queue) instead of being answered. It is
 answered as soon as a matching message arrives: the store's arrival listener calls
-`notify_message_arriving` when its dispatcher has indexed a message. Each held pull also has its own
-timer for its suspend timeout; a safety re-check of every held queue runs every 5 s (long polling) or
-every shortPollingTimeMills (short polling). On wake-up or timeout the pull is processed again
+`notify_message_arriving` when its dispatcher has indexed a message. Each held pull is also answered
+when its own suspend timeout passes (exactly: one FIFO per timeout value, whose deadlines only grow,
+and one loop timer at the earliest -- no timer per pull); a safety re-check of every held queue runs
+every 5 s (long polling) or every shortPollingTimeMills (short polling). On wake-up or timeout the pull is processed again
 without permission to suspend, so it is answered with messages or PULL_NOT_FOUND.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from remoting.connection import RemotingConnection, RequestContext
 log = structlog.get_logger(__name__)
 
 LONG_POLLING_CHECK_INTERVAL_S = 5.0
+_COMPACT_MIN = 4096  # a timeout FIFO's length worth compacting (answered pulls behind a held head)
 
 
 class PullRequest:
@@ -38,7 +41,6 @@ class PullRequest:
         "message_filter",
         "suspend_timestamp",
         "timeout_millis",
-        "timer",
         "done",
         "header",
     )
@@ -62,7 +64,6 @@ class PullRequest:
         self.message_filter = message_filter
         self.suspend_timestamp = time.monotonic()
         self.timeout_millis = timeout_millis
-        self.timer: asyncio.TimerHandle | None = None
         self.done = False
         # The request's decoded header: the wake-up re-run skips decoding it again.
         self.header = header
@@ -106,6 +107,12 @@ class PullRequestHoldService:
         self.pull_request_table: dict[tuple[str, int], list[PullRequest]] = {}
         self._by_conn: dict[RemotingConnection, set[PullRequest]] = {}
         self.held = 0
+        # Held pulls per timeout value, in suspend order (so by deadline); answered ones are dropped
+        # from the head lazily and by compaction. One timer at the earliest pending deadline.
+        self._expiry: dict[int, deque[PullRequest]] = {}
+        self._compact_at: dict[int, int] = {}
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiry_due = 0.0
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.woken_total = 0
@@ -118,6 +125,9 @@ class PullRequestHoldService:
         self._task = self._loop.create_task(self._run(), name="pull-request-hold")
 
     async def stop(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -129,6 +139,8 @@ class PullRequestHoldService:
                 self._fire(req)
         self.pull_request_table.clear()
         self._by_conn.clear()
+        self._expiry.clear()
+        self._compact_at.clear()
         self.held = 0
 
     async def _run(self) -> None:
@@ -152,17 +164,60 @@ class PullRequestHoldService:
         self.pull_request_table.setdefault((req.topic, req.queue_id), []).append(req)
         self._by_conn.setdefault(req.ctx.conn, set()).add(req)
         self.held += 1
-        req.timer = loop.call_later(max(0.0, req.timeout_millis / 1000.0), self._expire, req)
+        key = req.timeout_millis
+        dq = self._expiry.get(key)
+        if dq is None:
+            dq = self._expiry[key] = deque()
+        else:
+            while dq and dq[0].done:  # amortised O(1): the FIFO stays about as long as what is held
+                dq.popleft()
+            if len(dq) >= self._compact_at.get(key, _COMPACT_MIN):
+                dq = self._expiry[key] = deque(r for r in dq if not r.done)
+                self._compact_at[key] = max(_COMPACT_MIN, 2 * len(dq))
+        dq.append(req)
+        deadline = req.deadline
+        if self._expiry_timer is None or deadline < self._expiry_due:
+            self._arm(loop, deadline)
         return True
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+        self._expiry_due = due
+        # call_at takes loop.time(); deadlines are time.monotonic() (one clock on Linux; convert anyway).
+        self._expiry_timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._expire_due)
+
+    def _expire_due(self) -> None:
+        """Answer every held pull whose suspend timeout has passed; re-arm at the next deadline."""
+        self._expiry_timer = None
+        now = time.monotonic() + 0.001  # the loop's clock has ms resolution: do not re-arm for a sliver
+        due = float("inf")
+        expired: list[PullRequest] = []
+        for key in list(self._expiry):
+            dq = self._expiry[key]
+            while dq:
+                req = dq[0]
+                if req.done:
+                    dq.popleft()
+                elif req.deadline <= now:
+                    dq.popleft()
+                    expired.append(req)
+                else:
+                    due = min(due, req.deadline)
+                    break
+            if not dq:
+                del self._expiry[key]
+                self._compact_at.pop(key, None)
+        for req in expired:
+            self._expire(req)
+        if due != float("inf") and self._expiry_timer is None:
+            self._arm(self._loop or asyncio.get_running_loop(), due)
 
     def _remove(self, req: PullRequest) -> bool:
         """Take req out of the tables; False when it was already gone."""
         if req.done:
             return False
-        req.done = True
-        if req.timer is not None:
-            req.timer.cancel()
-            req.timer = None
+        req.done = True  # its timeout FIFO entry is dropped lazily
         key = (req.topic, req.queue_id)
         lst = self.pull_request_table.get(key)
         if lst is not None:
@@ -189,7 +244,6 @@ class PullRequestHoldService:
             log.exception("pull_wakeup_failed", topic=req.topic, queue_id=req.queue_id)
 
     def _expire(self, req: PullRequest) -> None:
-        req.timer = None
         if not req.done:
             self.expired_total += 1
             self._fire(req)

@@ -29,7 +29,7 @@ from remoting.connection import RequestContext
 from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from remoting.message import MessageConst, PermName, encode_properties, java_string_hash
 from store.message import MessageExtBrokerInner
-from store.results import GetMessageStatus
+from store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -207,16 +207,6 @@ class PullMessageProcessor:
             h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, message_filter
         )
         status = result.status
-        suggest = mix_all.MASTER_ID
-        if bc.slaveReadEnable:
-            suggest = sgc.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else sgc.broker_id
-        # PullMessageResponseHeader's wire form, built directly (every pull answer carries it).
-        ext = {
-            "suggestWhichBrokerId": str(suggest),
-            "nextBeginOffset": str(result.next_begin_offset),
-            "minOffset": str(result.min_offset),
-            "maxOffset": str(result.max_offset),
-        }
         if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
             code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
@@ -227,7 +217,7 @@ class PullMessageProcessor:
             body = result.body()
             result.release()
             c.broker_stats.inc_get(h.consumer_group, h.topic, result.message_count, len(body))
-            response = reply(code, status.value, ext, body)
+            response = reply(code, status.value, self._response_ext(result, sgc), body)
         elif (
             code == ResponseCode.PULL_NOT_FOUND
             and not has_suspend
@@ -255,7 +245,7 @@ class PullMessageProcessor:
                     f"too many pull requests held ({c.pull_request_hold_service.held}); retry later",
                 )
         else:
-            response = reply(code, status.value, ext)
+            response = reply(code, status.value, self._response_ext(result, sgc))
             if code == ResponseCode.PULL_OFFSET_MOVED:
                 log.info("pull_offset_moved", topic=h.topic, group=h.consumer_group, queue_id=h.queue_id,
                          request_offset=h.queue_offset, new_offset=result.next_begin_offset, status=status.value)
@@ -263,6 +253,19 @@ class PullMessageProcessor:
 
         self._commit(ctx, h, has_commit and broker_allow_suspend)
         return response
+
+    def _response_ext(self, result: GetMessageResult, sgc: Any) -> dict[str, str]:
+        """PullMessageResponseHeader's wire form, built directly (only for a pull answered now: a held
+        pull needs none)."""
+        suggest = mix_all.MASTER_ID
+        if self.c.broker_config.slaveReadEnable:
+            suggest = sgc.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else sgc.broker_id
+        return {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
 
     def _commit(self, ctx: RequestContext, h: PullMessageRequestHeader, enabled: bool) -> None:
         if enabled and self.c.store_config.brokerRole.value != "SLAVE":

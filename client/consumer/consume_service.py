@@ -82,6 +82,8 @@ class ListenerInvoker:
         else:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self._executor, self.fn, msgs, context)
+        if type(result) in _STATUS_TYPES:  # the usual answer: no (slow, ABC-based) awaitable check
+            return result
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -89,6 +91,9 @@ class ListenerInvoker:
     def shutdown(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+_STATUS_TYPES = (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus)
 
 
 def _now_ms() -> int:
@@ -264,7 +269,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             ack_index = -1
             self.consume_failed += len(msgs)
         failed = msgs[ack_index + 1 :]
-        remove = list(msgs)
+        remove = msgs  # not mutated: a subset replaces it below when some sends back failed
         if failed:
             if self.consumer.message_model is MessageModel.BROADCASTING:
                 for m in failed:

@@ -30,9 +30,11 @@ import asyncio
 import collections
 import contextlib
 import enum
+import functools
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -43,7 +45,7 @@ from remoting.message import MessageExt
 from ..config import ClientConfig
 from ..errors import MQBrokerError, MQClientError, NotStartedError
 from ..instance import MQClientInstance, get_client_manager
-from ..message import MessageQueue, PullStatus
+from ..message import MessageQueue, PullResult, PullStatus
 from ..reader import QueueReader
 from ..route import topic_route_to_subscribe_info
 from ..validators import check_group
@@ -53,7 +55,7 @@ from .listener import ConsumeFromWhere, ConsumeType, MessageModel
 from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from .process_queue import ProcessQueue
 from .pull_api import PullAPIWrapper
-from .pull_service import PullMessageService, PullRequest
+from .pull_service import PULL_ASYNC, PULL_SENT, PullMessageService, PullRequest
 from .push_consumer import _enum, stable_client_id
 from .rebalance import (
     RebalanceLitePullImpl,
@@ -253,7 +255,9 @@ class LitePullConsumer(SubscriptionInfoHooks):
             else:
                 self.offset_store = RemoteBrokerOffsetStore(inst, self._group)
             await self.offset_store.load()
-            self.pull_service = PullMessageService(self._pull_once, name=f"litepull-{self._group}")
+            self.pull_service = PullMessageService(
+                self._pull_once, name=f"litepull-{self._group}", start_pull=self._start_pull
+            )
             inst.register_consumer(self._group, self)
         except BaseException:
             self._instance = None
@@ -372,23 +376,72 @@ class LitePullConsumer(SubscriptionInfoHooks):
         st.pq.clear()
 
     # ------------------------------------------------------------------ prefetch
-    async def _pull_once(self, req: PullRequest) -> float | None:
-        mq = req.message_queue
-        st = self._queues.get(mq)
+    def _pre_pull(self, req: PullRequest) -> tuple[_QueueState, float | None | bool]:
+        """The checks before a pull: (state, True) when it may go out now, else (state, delay / None)."""
+        st = self._queues.get(req.message_queue)
         pq = req.process_queue
         if st is None or st.pq is not pq or pq.dropped or not self.running:
-            return None
+            return st, None  # type: ignore[return-value]
         if st.paused:
-            return PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
+            return st, PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
         fc = PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL / 1000
         if self._cached_total > self.pull_threshold_for_all:
-            return fc
+            return st, fc
         if pq.msg_count > self.pull_threshold_for_queue:
-            return fc
+            return st, fc
         if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
-            return fc
+            return st, fc
         if pq.max_span() > self.consume_max_span:
-            return fc
+            return st, fc
+        return st, True
+
+    def _start_pull(self, req: PullRequest) -> Any:
+        """The pull loop's synchronous step (see PullMessageService): send the pull with a response
+        callback (PULL_SENT), a delay / None, or PULL_ASYNC (first pull: the start offset is looked up)."""
+        st, pre = self._pre_pull(req)
+        if pre is not True:
+            return pre
+        if st.pull_offset < 0:
+            return PULL_ASYNC
+        mq = req.message_queue
+        sd = self._subscriptions.get(mq.topic) or build_subscription_data(mq.topic, SUB_ALL)
+        offset = st.pull_offset
+        sent = self.pull_api.pull_kernel_nowait(
+            mq,
+            sd,
+            offset,
+            self.pull_batch_size,
+            functools.partial(self._on_pull_response, req, st, st.generation, offset),
+            suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+            timeout_ms=CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND,
+        )
+        return PULL_SENT if sent else PULL_ASYNC
+
+    def _on_pull_response(
+        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult | None,
+        exc: BaseException | None,
+    ) -> None:
+        """The pull's callback, from the connection's read path: hands the delay to the pull loop."""
+        service = self.pull_service
+        if service is None or not service.is_current(req):
+            return
+        exc_delay = self.pull_time_delay_mills_when_exception / 1000
+        try:
+            if result is None:
+                log.warning("lite_pull_failed", mq=str(req.message_queue), offset=offset, error=f"{type(exc).__name__}: {exc}")
+                delay: float | None = exc_delay
+            else:
+                delay = self._on_pull_result(req, st, gen, offset, result)
+        except Exception as e:  # never leave the queue's loop without its next step
+            log.exception("lite_pull_result_failed", mq=str(req.message_queue), error=f"{type(e).__name__}: {e}")
+            delay = exc_delay
+        service.pull_done(req, delay)
+
+    async def _pull_once(self, req: PullRequest) -> float | None:
+        mq = req.message_queue
+        st, pre = self._pre_pull(req)
+        if pre is not True:
+            return pre  # type: ignore[return-value]
         exc_delay = self.pull_time_delay_mills_when_exception / 1000
         gen = st.generation
         if st.pull_offset < 0:
@@ -423,6 +476,13 @@ class LitePullConsumer(SubscriptionInfoHooks):
         except Exception as e:
             log.warning("lite_pull_failed", mq=str(mq), offset=offset, error=f"{type(e).__name__}: {e}")
             return exc_delay
+        return self._on_pull_result(req, st, gen, offset, result)
+
+    def _on_pull_result(
+        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult
+    ) -> float | None:
+        mq = req.message_queue
+        pq = req.process_queue
         if pq.dropped or st.generation != gen or self._queues.get(mq) is not st:
             return 0.0 if not pq.dropped else None
         if result.status is PullStatus.FOUND:

@@ -84,6 +84,10 @@ class _MemoryTable:
     def remove_offset(self, mq: MessageQueue) -> None:
         self.offset_table.pop(mq, None)
 
+    def read_offset_in_memory(self, mq: MessageQueue) -> int:
+        """read_offset(mq, READ_FROM_MEMORY) without a coroutine (the push consumer's per-pull read)."""
+        return self.offset_table.get(mq, -1)
+
     def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
         return {mq: off for mq, off in self.offset_table.items() if not topic or mq.topic == topic}
 

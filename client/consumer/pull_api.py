@@ -9,9 +9,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from remoting.body import SubscriptionData
+from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader
 from remoting.message import MessageConst, add_properties
 
@@ -24,20 +26,42 @@ from .filter import filter_messages
 if TYPE_CHECKING:
     from ..instance import MQClientInstance
 
-__all__ = ["PullAPIWrapper"]
+__all__ = ["PullAPIWrapper", "PullCallback"]
 
-_MAX_TEMPLATES = 65536  # bound on cached header templates (one per pulled queue)
+PullCallback = Callable[[PullResult | None, BaseException | None], None]
+
+_MAX_TARGETS = 65536  # bound on per-queue pull state (one per pulled queue)
+
+
+class _PullTarget:
+    """Per queue: the broker id the last answer suggested (pullFromWhichNodeTable) and the request
+    header template. One record, so a pull looks its queue up once."""
+
+    __slots__ = ("which_node", "key", "template")
+
+    def __init__(self) -> None:
+        self.which_node = MASTER_ID
+        self.key: tuple[object, ...] | None = None
+        self.template: dict[str, str] = {}
 
 
 class PullAPIWrapper:
     def __init__(self, instance: MQClientInstance, group: str) -> None:
         self.instance = instance
         self.group = group
-        self._pull_from_which_node: dict[MessageQueue, int] = {}
-        self._templates: dict[MessageQueue, tuple[tuple[object, ...], dict[str, str]]] = {}
+        self._targets: dict[MessageQueue, _PullTarget] = {}
+
+    def _target(self, mq: MessageQueue) -> _PullTarget:
+        t = self._targets.get(mq)
+        if t is None:
+            if len(self._targets) >= _MAX_TARGETS:
+                self._targets.clear()
+            t = self._targets[mq] = _PullTarget()
+        return t
 
     def recalculate_pull_from_which_node(self, mq: MessageQueue) -> int:
-        return self._pull_from_which_node.get(mq, MASTER_ID)
+        t = self._targets.get(mq)
+        return MASTER_ID if t is None else t.which_node
 
     async def _find_broker(self, mq: MessageQueue) -> tuple[str, bool]:
         inst = self.instance
@@ -66,7 +90,7 @@ class PullAPIWrapper:
     ) -> PullResult:
         """Pull `max_nums` messages of `mq` from `offset` (long polling when `suspend`), processed."""
         inst = self.instance
-        found = inst.find_broker_address_in_subscribe(mq.broker_name, self._pull_from_which_node.get(mq, MASTER_ID), False)
+        found = inst.find_broker_address_in_subscribe(mq.broker_name, self.recalculate_pull_from_which_node(mq), False)
         addr, is_slave = found if found is not None else await self._find_broker(mq)
         sys_flag = PullSysFlag.build(commit_enable and not is_slave, suspend, True, sd.class_filter_mode)
         ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms if suspend else 0).copy()
@@ -76,13 +100,59 @@ class PullAPIWrapper:
         result = await inst.api.pull_message_ext(addr, ext, timeout_ms)
         return self.process_pull_result(mq, result, sd)
 
-    def _header_template(self, mq: MessageQueue, sd: SubscriptionData, max_nums: int, suspend_timeout_ms: int) -> dict[str, str]:
+    def pull_kernel_nowait(
+        self,
+        mq: MessageQueue,
+        sd: SubscriptionData,
+        offset: int,
+        max_nums: int,
+        callback: PullCallback,
+        *,
+        commit_offset: int = 0,
+        commit_enable: bool = False,
+        suspend_timeout_ms: int = 15_000,
+        timeout_ms: float = 30_000,
+    ) -> bool:
+        """pull_kernel (long polling) without awaiting: False (nothing sent) when the broker's address
+        is unknown or its connection is not open and writable -- the caller falls back to pull_kernel.
+        Else `callback(result, None)` (processed as pull_kernel's) or `callback(None, error)` runs
+        once, from the connection's read path."""
+        inst = self.instance
+        target = self._target(mq)
+        found = inst.find_broker_address_in_subscribe(mq.broker_name, target.which_node, False)
+        if found is None:
+            return False
+        addr, is_slave = found
+        sys_flag = PullSysFlag.build(commit_enable and not is_slave, True, True, sd.class_filter_mode)
+        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms, target).copy()
+        ext["queueOffset"] = str(offset)
+        ext["sysFlag"] = str(sys_flag)
+        ext["commitOffset"] = str(commit_offset)
+        api = inst.api
+
+        def on_response(response: RemotingCommand | None, exc: BaseException | None) -> None:
+            if exc is None:
+                try:
+                    result = self.process_pull_result(mq, api.process_pull_response(response, addr), sd, target)  # type: ignore[arg-type]
+                except Exception as e:  # an error code from the broker, a bad header
+                    callback(None, e)
+                    return
+                callback(result, None)
+            else:
+                callback(None, exc)
+
+        return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
+
+    def _header_template(
+        self, mq: MessageQueue, sd: SubscriptionData, max_nums: int, suspend_timeout_ms: int,
+        target: _PullTarget | None = None,
+    ) -> dict[str, str]:
         """PullMessageRequestHeader's wire form without the per-pull fields (queueOffset, sysFlag,
         commitOffset), built once per queue and subscription version: a pull copies it."""
         key = (sd.sub_string, sd.sub_version, sd.expression_type, max_nums, suspend_timeout_ms)
-        cached = self._templates.get(mq)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        t = target if target is not None else self._target(mq)
+        if t.key == key:
+            return t.template
         tmpl = PullMessageRequestHeader(
             consumer_group=self.group,
             topic=mq.topic,
@@ -94,13 +164,14 @@ class PullAPIWrapper:
             sub_version=sd.sub_version,
             expression_type=sd.expression_type,
         ).encode()
-        if len(self._templates) >= _MAX_TEMPLATES:
-            self._templates.clear()
-        self._templates[mq] = (key, tmpl)
+        t.key = key
+        t.template = tmpl
         return tmpl
 
-    def process_pull_result(self, mq: MessageQueue, result: PullResult, sd: SubscriptionData) -> PullResult:
-        self._pull_from_which_node[mq] = result.suggest_which_broker_id
+    def process_pull_result(
+        self, mq: MessageQueue, result: PullResult, sd: SubscriptionData, target: _PullTarget | None = None
+    ) -> PullResult:
+        (target if target is not None else self._target(mq)).which_node = result.suggest_which_broker_id
         if result.status is PullStatus.FOUND and result.messages:
             msgs = result.messages
             if sd.tags_set and not sd.class_filter_mode:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -51,7 +52,7 @@ from remoting.message import MessageConst, MessageExt
 from ..config import DEFAULT_INSTANCE_NAME, ClientConfig
 from ..errors import MQBrokerError, MQClientError, NotStartedError
 from ..instance import MQClientInstance, get_client_manager
-from ..message import Message, MessageQueue, PullStatus
+from ..message import Message, MessageQueue, PullResult, PullStatus
 from ..validators import CLIENT_INNER_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX, check_group
 from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from .consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService
@@ -60,7 +61,7 @@ from .listener import ConsumeFromWhere, ConsumeType, MessageModel
 from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from .process_queue import REBALANCE_LOCK_INTERVAL_MS, ProcessQueue
 from .pull_api import PullAPIWrapper
-from .pull_service import PullMessageService, PullRequest
+from .pull_service import PULL_ASYNC, PULL_SENT, PullMessageService, PullRequest
 from .rebalance import (
     RebalancePushImpl,
     SubscriptionInfoHooks,
@@ -342,7 +343,9 @@ class PushConsumer(SubscriptionInfoHooks):
                     self.consume_service = ConsumeMessageOrderlyService(self, self._listener)
                 else:
                     self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener)
-                self.pull_service = PullMessageService(self._pull_once, name=f"pull-{self._group}")
+                self.pull_service = PullMessageService(
+                    self._pull_once, name=f"pull-{self._group}", start_pull=self._start_pull
+                )
                 inst.register_consumer(self._group, self)
                 self.consume_service.start()
             except BaseException:
@@ -625,31 +628,78 @@ class PushConsumer(SubscriptionInfoHooks):
         return self.instance.find_broker_name_by_addr(addr)
 
     # ------------------------------------------------------------------ the pull loop body
-    async def _pull_once(self, req: PullRequest) -> float | None:
-        """DefaultMQPushConsumerImpl.pullMessage + its PullCallback: the delay before the next pull
-        of this queue (None = stop)."""
+    def _pre_pull(self, req: PullRequest) -> float | None | bool:
+        """pullMessage's checks before a pull: a delay (or None = stop) when it must not go out now,
+        else True."""
         pq = req.process_queue
-        mq = req.message_queue
-        if pq.dropped:
+        if pq.dropped or not self.running:
             return None
         pq.last_pull_timestamp = int(time.time() * 1000)
-        exc_delay = self.pull_time_delay_mills_when_exception / 1000
-        if not self.running:
-            return None
         if self._paused:
             return PULL_TIME_DELAY_MILLS_WHEN_SUSPEND / 1000
         fc = PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL / 1000
         if pq.msg_count > self.pull_threshold_for_queue:
-            self._flow_control(mq, pq, "count")
+            self._flow_control(req.message_queue, pq, "count")
             return fc
         if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
-            self._flow_control(mq, pq, "size")
+            self._flow_control(req.message_queue, pq, "size")
             return fc
-        if not self.consume_orderly:
-            if pq.max_span() > self.consume_concurrently_max_span:
-                self._flow_control(mq, pq, "span")
-                return fc
-        else:
+        if not self.consume_orderly and pq.max_span() > self.consume_concurrently_max_span:
+            self._flow_control(req.message_queue, pq, "span")
+            return fc
+        return True
+
+    def _start_pull(self, req: PullRequest) -> Any:
+        """The pull loop's synchronous step (PullMessageService.start_pull): send the pull with a
+        response callback (PULL_SENT), or say why not now (a delay / None), or PULL_ASYNC when this
+        pull needs to await something (then _pull_once runs in a Task)."""
+        if self.consume_orderly and not (req.process_queue.locked and req.previously_locked):
+            return PULL_ASYNC  # first pull after locking (or not locked): the async path decides
+        pre = self._pre_pull(req)
+        if pre is not True:
+            return pre
+        mq = req.message_queue
+        sd = self._subscriptions.get(mq.topic)
+        read_in_memory = getattr(self.offset_store, "read_offset_in_memory", None)
+        if sd is None or read_in_memory is None:
+            return PULL_ASYNC  # logs the missing subscription / awaits a custom store's read_offset
+        commit_value = 0
+        if self.message_model is MessageModel.CLUSTERING:
+            commit_value = read_in_memory(mq)
+        sent = self.pull_api.pull_kernel_nowait(
+            mq,
+            sd,
+            req.next_offset,
+            self.pull_batch_size,
+            functools.partial(self._on_pull_response, req),
+            commit_offset=max(commit_value, 0),
+            commit_enable=commit_value > 0,
+            suspend_timeout_ms=BROKER_SUSPEND_MAX_TIME_MILLIS,
+            timeout_ms=CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND,
+        )
+        return PULL_SENT if sent else PULL_ASYNC
+
+    def _on_pull_response(self, req: PullRequest, result: PullResult | None, exc: BaseException | None) -> None:
+        """PullCallback: runs in the connection's read path; hands the delay to the pull loop."""
+        service = self.pull_service
+        if service is None or not service.is_current(req):
+            return  # the loop was stopped or replaced while the pull was in flight
+        try:
+            delay = self._on_pull_error(req, exc) if result is None else self._on_pull_result(req, result)
+        except Exception as e:  # never leave the queue's loop without its next step
+            log.exception("pull_result_failed", mq=str(req.message_queue), error=f"{type(e).__name__}: {e}")
+            delay = self.pull_time_delay_mills_when_exception / 1000
+        service.pull_done(req, delay)
+
+    async def _pull_once(self, req: PullRequest) -> float | None:
+        """DefaultMQPushConsumerImpl.pullMessage + its PullCallback: the delay before the next pull
+        of this queue (None = stop). The awaiting twin of _start_pull."""
+        pq = req.process_queue
+        mq = req.message_queue
+        if pq.dropped:
+            return None
+        exc_delay = self.pull_time_delay_mills_when_exception / 1000
+        if self.consume_orderly and self.running and not self._paused:
             if pq.locked:
                 if not req.previously_locked:
                     try:
@@ -667,6 +717,9 @@ class PushConsumer(SubscriptionInfoHooks):
             else:
                 log.debug("orderly_pull_later_not_locked", mq=str(mq))
                 return exc_delay
+        pre = self._pre_pull(req)
+        if pre is not True:
+            return pre  # type: ignore[return-value]
         sd = self._subscriptions.get(mq.topic)
         if sd is None:
             log.warning("pull_subscription_not_found", group=self._group, mq=str(mq))
@@ -689,9 +742,19 @@ class PushConsumer(SubscriptionInfoHooks):
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                log.warning("pull_failed", mq=str(mq), offset=req.next_offset, error=f"{type(e).__name__}: {e}")
-            return exc_delay
+            return self._on_pull_error(req, e)
+        return self._on_pull_result(req, result)
+
+    def _on_pull_error(self, req: PullRequest, e: BaseException | None) -> float:
+        mq = req.message_queue
+        if not mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            log.warning("pull_failed", mq=str(mq), offset=req.next_offset, error=f"{type(e).__name__}: {e}")
+        return self.pull_time_delay_mills_when_exception / 1000
+
+    def _on_pull_result(self, req: PullRequest, result: PullResult) -> float | None:
+        """PullCallback.onSuccess: cache what was found and hand it to the consume service."""
+        pq = req.process_queue
+        mq = req.message_queue
         if pq.dropped or not self.running:
             return None
         status = result.status

@@ -327,3 +327,54 @@ async def test_held_pull_times_out_and_bounds() -> None:
     finally:
         await svc.stop()
     assert woken == [r1]
+
+
+async def test_held_pull_timeouts_expire_in_deadline_order_without_a_timer_each() -> None:
+    """Held pulls of several timeout values expire each at its own deadline (none early, in deadline
+    order); an answered pull never expires later; one loop timer serves them all."""
+    woken: list[PullRequest] = []
+    times: dict[int, float] = {}
+    loop = asyncio.get_running_loop()
+
+    def wake(r: PullRequest) -> None:
+        woken.append(r)
+        times[id(r)] = loop.time()
+
+    svc = PullRequestHoldService(wake, lambda t, q: 0)
+    svc.start()
+    try:
+        conn = FakeConn("c")
+        t0 = loop.time()
+        slow = held(conn, "T", 0, 0, 300)
+        fast = held(conn, "T", 1, 0, 60)
+        mid = held(conn, "T", 2, 0, 150)
+        answered = held(conn, "T", 3, 0, 60)
+        for r in (slow, fast, mid, answered):
+            assert svc.suspend_pull_request(r)
+        svc.notify_message_arriving("T", 3, 1)  # answered now: must not be answered again at 60 ms
+        await asyncio.sleep(0)
+        assert woken == [answered]
+        await asyncio.sleep(0.5)
+        assert woken == [answered, fast, mid, slow] and svc.expired_total == 3 and svc.held == 0
+        for r, ms in ((fast, 60), (mid, 150), (slow, 300)):
+            assert times[id(r)] - t0 >= ms / 1000 - 0.002
+    finally:
+        await svc.stop()
+
+
+async def test_held_pull_timeout_fifo_stays_bounded_behind_a_long_held_pull() -> None:
+    """A pull held for long at the head of a timeout FIFO does not make the FIFO keep every pull
+    answered behind it: compaction keeps it about as long as what is actually held."""
+    svc = PullRequestHoldService(lambda r: None, lambda t, q: 0)
+    svc.start()
+    try:
+        conn = FakeConn("c")
+        assert svc.suspend_pull_request(held(conn, "Idle", 0, 0, 15000))
+        for i in range(20000):
+            assert svc.suspend_pull_request(held(conn, "Busy", 0, i, 15000))
+            svc.notify_message_arriving("Busy", 0, i + 1)
+        await asyncio.sleep(0)
+        assert svc.held == 1
+        assert sum(len(dq) for dq in svc._expiry.values()) <= 2 * 4096
+    finally:
+        await svc.stop()

@@ -149,3 +149,30 @@ async def test_read_range_needs_no_group_membership(mq_cluster: ConsumerCluster,
         assert (await c.min_offset(queues[0]), await c.max_offset(queues[0])) == (0, 20)
     finally:
         await c.shutdown()
+
+
+async def test_prefetch_runs_from_pull_answer_callbacks_and_a_seek_drops_the_pull_in_flight(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """Steady-state prefetch sends each queue's next pull from the previous answer's callback (no Task
+    per loop); a seek while a long-polled pull is in flight discards that pull's answer."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 2)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit=False, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.assign(queues)
+    await c.start()
+    try:
+        first = await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
+        assert sorted(m.body for m in await poll_until(c, 6)) == sorted(first)
+        await asyncio.sleep(0.2)  # both queues' pulls are now held by the broker
+        loops = c.pull_service._loops
+        assert set(loops) == set(queues) and all(lp.task is None for lp in loops.values())
+        await c.seek(queues[0], 1)  # replaces queue 0's loop while its held pull is in flight
+        again = await poll_until(c, 2)
+        assert sorted(m.queue_offset for m in again) == [1, 2]
+        more = await send_to_queues(mq_cluster.namesrv_addr, queues, 1, prefix="n")
+        got = await poll_until(c, 2)
+        assert sorted(m.body for m in got) == sorted(more)
+        assert await c.poll(0.3) == []  # nothing delivered twice
+    finally:
+        await c.shutdown()

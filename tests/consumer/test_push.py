@@ -120,6 +120,34 @@ async def test_consume_from_last_offset_skips_backlog_once_committed_at_end(
         await c.shutdown()
 
 
+async def test_steady_state_pulls_run_from_answer_callbacks_not_tasks(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """Once connected, each queue's next pull is sent from the previous pull's answer callback (no
+    Task per pull): long-polled messages still arrive, each exactly once, and no loop holds a Task."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 2)
+    got: list[bytes] = []
+    c = PushConsumer(group, mq_cluster.namesrv_addr)
+    c.subscribe(topic)
+    c.register_listener(collecting(got))
+    await c.start()
+    try:
+        await wait_until(lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 2, 10, "assignment")
+        await asyncio.sleep(0.3)  # the first pulls are held by the broker
+        sent: list[bytes] = []
+        for k in range(3):
+            sent += await send_to_queues(mq_cluster.namesrv_addr, queues, 2, prefix=f"r{k}")
+            want = set(sent)
+            await wait_until(lambda want=want: want <= set(got), 15, f"round {k}")  # type: ignore[misc]
+        assert sorted(got) == sorted(sent)
+        loops = c.pull_service._loops
+        assert {mq for mq in loops if mq.topic == topic} == set(queues)
+        assert all(lp.task is None for mq, lp in loops.items() if mq.topic == topic)
+    finally:
+        await c.shutdown()
+
+
 @pytest.fixture
 def broker_has_no_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the broker's "0 for a new in-memory queue" answer look like QUERY_NOT_FOUND (what a
