@@ -14,6 +14,7 @@ store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import struct
 from collections import deque
@@ -131,10 +132,11 @@ class ReputMessageService:
                     self._caught_up.set()
                     event.clear()
                     if not self.is_commit_log_available():
-                        try:
-                            await asyncio.wait_for(event.wait(), 1.0)
-                        except TimeoutError:
-                            pass
+                        # asyncio.timeout, not wait_for: in 3.11 wait_for wraps the wait in a new Task,
+                        # which costs that Task and extra loop turns on every wake-up (every put).
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(1.0):
+                                await event.wait()
                     continue
                 inflight = getattr(self.store.flush_commit_log_service, "flush_in_flight", None)
                 fut = inflight() if inflight is not None else None
