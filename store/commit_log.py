@@ -419,7 +419,7 @@ class CommitLog:
         elif fut is not None:
             fut.add_done_callback(self._discard_file_result)
         if mf is None:
-            mf = await loop.run_in_executor(self.store.alloc_executor, mfq.create_file_blocking, start)
+            mf = await loop.run_in_executor(self.store.commit_log_alloc_executor, mfq.create_file_blocking, start)
         mfq.add_mapped_file(mf)
         self._preallocate_next(mf.file_end_offset)
         return mf
@@ -434,7 +434,7 @@ class CommitLog:
         loop = asyncio.get_running_loop()
         self._next_file_offset = start
         self._next_file = loop.run_in_executor(
-            self.store.alloc_executor, self.mapped_file_queue.create_file_blocking, start
+            self.store.commit_log_alloc_executor, self.mapped_file_queue.create_file_blocking, start
         )
         self._next_file.add_done_callback(_consume_exception)
 

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
+from store.message_store import DefaultMessageStore
+
+from .conftest import make_msg
 
 
 def test_file_name_is_20_digit_offset() -> None:
@@ -110,3 +115,23 @@ def test_flush_positions(tmp_path: Path) -> None:
     assert q.flushed_where == 5000 and q.remain_how_many_data_to_flush() == 0
     assert q.flush_blocking(0)  # nothing left
     q.destroy_blocking()
+
+
+async def test_slow_commit_log_preallocation_does_not_hold_up_dispatch(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """The next CommitLog file is made ahead of time on its own thread: while that is slow (1 GiB
+    fallocate + page-cache read on a first start), the dispatcher still creates the consume queue and
+    index files it needs and indexes new messages."""
+    store = make_store()
+    await store.start()
+    assert (await store.put_message(make_msg(topic="First"))).is_ok  # the first file exists
+    gate = threading.Event()
+    store.commit_log_alloc_executor.submit(gate.wait, 5)  # the preallocation thread is busy
+    try:
+        for q in range(3):  # new queues: each needs a consume queue file
+            assert (await store.put_message(make_msg(topic="SlowAlloc", queue_id=q))).is_ok
+        assert await store.wait_dispatched(2), "dispatch waited behind the CommitLog preallocation"
+        assert all(store.get_max_offset_in_queue("SlowAlloc", q) == 1 for q in range(3))
+    finally:
+        gate.set()
