@@ -19,7 +19,7 @@ import functools
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import repeat
+from itertools import islice, repeat
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -30,6 +30,7 @@ from .consume_queue import CQ_UNIT as _CQ_UNIT
 from .dispatch import RUN_LEN
 
 if TYPE_CHECKING:
+    from .consume_queue import ConsumeQueue
     from .index_service import IndexFile, IndexService
     from .message_store import DefaultMessageStore
 
@@ -47,6 +48,7 @@ _PROP_KEYS = MessageConst.PROPERTY_KEYS
 _PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAX_PENDING = 500_000
 _BATCH = 4096  # records per slice of loop time
+_CREATE_AHEAD = 512  # pending records looked at for other queues needing a file in the same thread trip
 
 
 _MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
@@ -192,8 +194,6 @@ class ReputMessageService:
         """Dispatch up to `budget` records; awaits only to create a consume queue / index file."""
         store = self.store
         cl = store.commit_log
-        loop = asyncio.get_running_loop()
-        executor = store.alloc_executor
         pending = self._pending
         idx = store.index_service
         key_hash = idx.key_hasher.hash_unsigned if idx is not None else None
@@ -239,7 +239,7 @@ class ReputMessageService:
                     files = cq.mapped_file_queue.mapped_files
                     if not files or files[-1].wrote_position >= files[-1].file_size:
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
-                        await loop.run_in_executor(executor, cq.create_next_file_blocking, qo)
+                        await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
                         files = cq.mapped_file_queue.mapped_files
                     cq_mf = files[-1]
@@ -303,7 +303,7 @@ class ReputMessageService:
             cq = store.find_consume_queue(topic, qid)
             files = cq.mapped_file_queue.mapped_files
             if not files or files[-1].wrote_position >= files[-1].file_size:
-                await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0)
+                await self._create_queue_files(cq, qo0)
                 files = cq.mapped_file_queue.mapped_files
             cq_mf = files[-1]
             wp = cq_mf.wrote_position
@@ -345,6 +345,31 @@ class ReputMessageService:
                 _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
         self.reput_from_offset = end
         return n
+
+    async def _create_queue_files(self, cq: ConsumeQueue, cq_offset: int) -> None:
+        """Create `cq`'s next file off the loop and, in the same trip to the allocation thread, the files
+        that queues of the next pending records lack too. A burst of new topics (1 000 topics x 4
+        queues) otherwise costs one serialized thread round trip per queue: ~4 ms each behind a busy
+        loop, so dispatch fell ~17 s behind the sends."""
+        store = self.store
+        jobs = [(cq, cq_offset)]
+        seen = {id(cq)}
+        for rec in islice(self._pending, _CREATE_AHEAD):
+            sys_flag = rec[6] if len(rec) == RUN_LEN else rec[9]
+            tran = sys_flag & _TRAN_MASK
+            if tran != _TRAN_NOT and tran != _TRAN_COMMIT:
+                continue
+            other = store.find_consume_queue(rec[2], rec[3])
+            if id(other) not in seen:
+                seen.add(id(other))
+                if other.need_new_file():
+                    jobs.append((other, rec[4]))
+
+        def create() -> None:
+            for q, offset in jobs:
+                q.create_next_file_blocking(offset)
+
+        await asyncio.get_running_loop().run_in_executor(store.alloc_executor, create)
 
     async def _roll_index(self, idx: IndexService) -> None:
         """Start a new index file (its creation off the loop); only this task appends to the list."""

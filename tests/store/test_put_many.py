@@ -91,3 +91,31 @@ def test_batch_msg_ids_match_per_record_encoding() -> None:
         assert ar.msg_id == ",".join((host + o.to_bytes(8, "big")).hex().upper() for o in offsets)
         one = AppendMessageResult(AppendMessageStatus.PUT_OK, 77, store_host_bytes=host)
         assert one.msg_id == (host + (77).to_bytes(8, "big")).hex().upper()
+
+
+async def test_new_queues_get_their_files_in_few_thread_trips(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """A burst of sends to new queues: the dispatcher creates the consume queue files the pending
+    records need together, not one allocation-thread round trip per queue."""
+    store = make_store()
+    await store.start()
+    assert (await store.put_message(make_msg(topic="Warm"))).is_ok
+    assert await store.wait_dispatched(5)
+    trips: list[int] = []
+    submit = store.alloc_executor.submit
+
+    def counting_submit(fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        trips.append(1)
+        return submit(fn, *args, **kwargs)
+
+    store.alloc_executor.submit = counting_submit  # type: ignore[method-assign]
+    try:
+        units = [[make_msg(topic=f"Burst{t}", queue_id=q)] for t in range(30) for q in range(4)]
+        results = await store.put_many(units)
+        assert all(r.is_ok for r in results)
+        assert await store.wait_dispatched(5)
+    finally:
+        store.alloc_executor.submit = submit  # type: ignore[method-assign]
+    assert all(store.get_max_offset_in_queue(f"Burst{t}", q) == 1 for t in range(30) for q in range(4))
+    assert 1 <= len(trips) <= 3, f"{len(trips)} allocation-thread trips for 120 new queues"
