@@ -162,6 +162,8 @@ class ConsumeQueue:
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         start = expect - expect % self.mapped_file_size if last is None else last.file_end_offset
         mf = mfq.create_file_blocking(start)
+        # The page the first units go to, here off the loop (see MappedFile.allocate_page_blocking).
+        mf.allocate_page_blocking(expect - start if last is None else 0)
         mfq.add_mapped_file(mf)
 
     def put_message_position_info(self, offset: int, size: int, tags_code: int, cq_offset: int) -> bool:

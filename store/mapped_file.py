@@ -192,6 +192,15 @@ class MappedFile:
         if not self._closed:
             os.fdatasync(self._fd)
 
+    def allocate_page_blocking(self, pos: int) -> None:
+        """Give the (still all-zero) page holding `pos` a disk block and a page-cache page by writing its
+        zeros through the file (worker thread). The first write into a hole of a new sparse file through
+        the mapping does that inside the page fault, on the writing thread: ~4 ms per new consume queue
+        file on ext4 under load, with the loop (and the GIL) waiting."""
+        start = pos - pos % OS_PAGE_SIZE
+        if 0 <= start < self.file_size and not self._closed:
+            os.pwrite(self._fd, bytes(min(OS_PAGE_SIZE, self.file_size - start)), start)
+
     def zero_tail_blocking(self, from_pos: int) -> None:
         """Zero [from_pos, end): shrink then regrow (a hole reads as zeros), so stale records past a
         truncation point can never be rediscovered by a later recovery."""

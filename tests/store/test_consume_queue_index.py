@@ -223,3 +223,17 @@ def test_index_truncate_rewinds_keyless_progress(tmp_path: Path) -> None:
     assert svc.truncate_past_blocking(500) == 0  # the log now ends before the mark: redo from the start
     assert svc.index_file_list == []
     svc.close_blocking()
+
+
+def test_cq_new_file_gets_its_first_page_off_the_writer(tmp_path: Path) -> None:
+    """A new (sparse) consume queue file has the page its first unit goes to allocated by the creating
+    (worker) thread, not by the loop's first write through the mapping; the rest stays a hole."""
+    cq = ConsumeQueue("T", 0, str(tmp_path / "cq"), 3000 * 20, preallocate=False)  # sparse, as the store makes them
+    cq.create_next_file_blocking(1000)  # a queue whose first unit is unit 1000 (byte 20 000: page 4)
+    path = tmp_path / "cq" / "T" / "0" / "00000000000000000000"
+    st = os.stat(path)
+    assert st.st_size == 3000 * 20
+    assert 0 < st.st_blocks * 512 <= 3 * 4096  # that page (plus fs metadata rounding), not the file
+    with open(path, "rb") as f:
+        assert f.read() == bytes(3000 * 20)  # contents unchanged: still all zeros
+    cq.close_blocking()
