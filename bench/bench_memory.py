@@ -74,7 +74,18 @@ async def fill(ns: str, pid: int, checkpoints: list[int], body_size: int, batch:
             if pending:
                 await asyncio.gather(*pending)
                 pending = set()
-            await asyncio.sleep(2.0)  # let the dispatcher (consume queues, index) catch up
+            # Measure at rest: once the dispatcher (consume queues, index) has caught up, since what
+            # it has not dispatched yet is held in memory (bounded) and would count here.
+            async with Admin(ns) as admin:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    try:
+                        if sum(r.max_offset for r in await admin.topic_status(TOPIC)) >= sent:
+                            break
+                    except Exception:  # noqa: BLE001 - stats are answered once dispatch caught up
+                        pass
+                    await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
             pt = point(pid, sent, body_size, time.monotonic() - t0)
             points.append(pt)
             print(f"{sent:>12,} msgs  RSS {pt['rss_mib']:7.1f} MiB  file {pt['file_mib']:7.1f} MiB  "
