@@ -815,11 +815,7 @@ class Producer:
         its header map in msgpack form, spliced from cached pieces (only the born timestamp and the
         properties vary per message)."""
         batch = prepared.batch
-        key = (prepared.topic, mq.queue_id, prepared.sys_flag, prepared.flag, prepared.reconsume_times,
-               prepared.max_reconsume, batch)
-        fixed = self._header_cache.get(key)
-        if fixed is None:
-            fixed = self._header_fixed(key)
+        fixed = self._fixed_for(prepared, mq)
         born = str(time.time_ns() // 1_000_000)
         # One dict display instead of copy + item sets: this runs once per send attempt.
         ext = {
@@ -855,12 +851,15 @@ class Producer:
         """_build_request(prepared, mq, True) as (code, extFields msgpack map as pieces to concatenate):
         what RemotingConnection.invoke_entry_packed takes, without the command and its dict."""
         batch = prepared.batch
-        key = (prepared.topic, mq.queue_id, prepared.sys_flag, prepared.flag, prepared.reconsume_times,
-               prepared.max_reconsume, batch)
-        fixed = self._header_cache.get(key)
-        if fixed is None:
-            fixed = self._header_fixed(key)
+        fixed = self._fixed_for(prepared, mq)
         return (_SEND_BATCH if batch else _SEND_V2), (fixed.packed, _PACK(str(time.time_ns() // 1_000_000)), _PACKED_I, _PACK(prepared.properties))
+
+    def _fixed_for(self, prepared: _Prepared, mq: MessageQueue) -> _HeaderFixed:
+        """The cached per-(topic, queue, flags) part of a send header."""
+        key = (prepared.topic, mq.queue_id, prepared.sys_flag, prepared.flag, prepared.reconsume_times,
+               prepared.max_reconsume, prepared.batch)
+        fixed = self._header_cache.get(key)
+        return fixed if fixed is not None else self._header_fixed(key)
 
     def _header_fixed(self, key: tuple[Any, ...]) -> _HeaderFixed:
         topic, queue_id, sys_flag, flag, reconsume_times, max_reconsume, batch = key
