@@ -22,6 +22,7 @@ import structlog
 from .codec import MAX_FRAME_SIZE, FrameDecoder, encode_msgpack_request_head, encode_parts
 from .codes import RemotingFlag, ResponseCode, code_name
 from .command import OpaqueGenerator, RemotingCommand
+from .deadlines import DeadlineFifos
 from .errors import (
     ProtocolError,
     RemotingConnectionClosedError,
@@ -414,7 +415,7 @@ class _FuturePending(_Pending):
 class _CallbackPending(_Pending):
     """invoke_callback's entry: the response callback runs right inside data_received (or
     connection_lost), so a pipelined request costs no Future, no scheduled done-callback and no timer
-    of its own; its time-out comes from the connection's _TimeoutScan."""
+    of its own; its time-out comes from the connection's DeadlineFifos."""
 
     __slots__ = ("callback", "conn", "opaque", "deadline", "finished")
 
@@ -442,7 +443,7 @@ class _CallbackPending(_Pending):
             return
         self.finished = True
         callback = self.callback
-        # A finished entry may wait in _TimeoutScan's FIFO behind an unanswered one: keep it small
+        # A finished entry may wait in the time-out FIFO behind an unanswered one: keep it small
         # (the callback holds the whole request's state).
         self.callback = _noop_callback
         try:
@@ -502,75 +503,9 @@ class ResponseEntry(_Pending):
         self.fail(RemotingTimeoutError(self.conn.remote_addr, self.code, (now - self.started) * 1000.0, self.timeout_ms))
 
 
-_COMPACT_MIN = 4096  # _TimeoutScan: smallest FIFO worth compacting
-
-
-class _TimeoutScan:
-    """Time-outs of a connection's callback requests without a timer each (Java's scanResponseTable,
-    but exact): one FIFO per time-out value, so deadlines in a FIFO only grow; answered heads are
-    dropped as new requests are added, and one loop timer fires at the earliest unanswered deadline.
-    An unanswered head holds answered entries (small: their callbacks are dropped) behind it; when a
-    FIFO doubles past its last compaction it is compacted, so it stays O(requests in flight)."""
-
-    __slots__ = ("_queues", "_compact_at", "_handle", "_due")
-
-    def __init__(self) -> None:
-        self._queues: dict[float, deque[_CallbackPending | ResponseEntry]] = {}
-        self._compact_at: dict[float, int] = {}
-        self._handle: asyncio.TimerHandle | None = None
-        self._due = 0.0
-
-    def add(self, entry: _CallbackPending | ResponseEntry) -> None:
-        key = entry.timeout_ms
-        dq = self._queues.get(key)
-        if dq is None:
-            dq = self._queues[key] = deque()
-        else:
-            while dq and dq[0].finished:  # amortised O(1): keeps the FIFO at about the in-flight count
-                dq.popleft()
-            if len(dq) >= self._compact_at.get(key, _COMPACT_MIN):
-                live = deque(s for s in dq if not s.finished)
-                self._queues[key] = dq = live
-                self._compact_at[key] = max(_COMPACT_MIN, 2 * len(live))
-        dq.append(entry)
-        if self._handle is None or entry.deadline < self._due:
-            self._arm(entry.deadline)
-
-    def _arm(self, due: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._due = due
-        loop = asyncio.get_running_loop()
-        # call_at takes loop.time(); deadlines are time.monotonic() (the same clock on Linux, but
-        # convert anyway).
-        self._handle = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._scan)
-
-    def _scan(self) -> None:
-        self._handle = None
-        now = time.monotonic()
-        due = float("inf")
-        for key in list(self._queues):
-            dq = self._queues[key]
-            while dq:
-                s = dq[0]
-                if s.finished:
-                    dq.popleft()
-                elif s.deadline <= now:
-                    dq.popleft()
-                    s.expire(now)
-                else:
-                    due = min(due, s.deadline)
-                    break
-            if not dq:
-                del self._queues[key]
-                self._compact_at.pop(key, None)
-        if due != float("inf"):
-            self._arm(due)
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+def _expire_entries(entries: list[_CallbackPending | ResponseEntry], now: float) -> None:
+    for entry in entries:
+        entry.expire(now)
 
 
 class RemotingConnection(asyncio.Protocol):
@@ -589,7 +524,8 @@ class RemotingConnection(asyncio.Protocol):
         self._dispatcher = dispatcher
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: dict[int, _Pending] = {}
-        self._timeouts: _TimeoutScan | None = None  # invoke_callback's time-outs, made on first use
+        # invoke_callback's time-outs (one timer for all), made on first use
+        self._timeouts: DeadlineFifos[_CallbackPending | ResponseEntry] | None = None
         self._opaque = opaque or OpaqueGenerator()
         self._on_close = on_close
         self._max_inflight = max_inflight
@@ -673,7 +609,7 @@ class RemotingConnection(asyncio.Protocol):
                 RemotingConnectionClosedError(self.remote_addr, reason="connection lost before it was ready")
             )
         if self._timeouts is not None:
-            self._timeouts.cancel()
+            self._timeouts.clear()
         pending, self._pending = self._pending, {}
         for p in pending.values():
             p.fail(RemotingConnectionClosedError(self.remote_addr, p.code))
@@ -800,8 +736,8 @@ class RemotingConnection(asyncio.Protocol):
             raise
         timeouts = self._timeouts
         if timeouts is None:
-            timeouts = self._timeouts = _TimeoutScan()
-        timeouts.add(entry)
+            timeouts = self._timeouts = DeadlineFifos(_expire_entries)
+        timeouts.add(entry.timeout_ms, entry)
 
     def invoke_entry_packed(
         self,
@@ -841,8 +777,8 @@ class RemotingConnection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
         timeouts = self._timeouts
         if timeouts is None:
-            timeouts = self._timeouts = _TimeoutScan()
-        timeouts.add(entry)
+            timeouts = self._timeouts = DeadlineFifos(_expire_entries)
+        timeouts.add(entry.timeout_ms, entry)
 
     async def invoke(self, cmd: RemotingCommand, timeout_ms: float) -> RemotingCommand:
         return await self.invoke_future(cmd, timeout_ms)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,11 +21,11 @@ import structlog
 
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection, RequestContext
+from remoting.deadlines import DeadlineFifos
 
 log = structlog.get_logger(__name__)
 
 LONG_POLLING_CHECK_INTERVAL_S = 5.0
-_COMPACT_MIN = 4096  # a timeout FIFO's length worth compacting (answered pulls behind a held head)
 
 
 class PullRequest:
@@ -41,7 +40,7 @@ class PullRequest:
         "message_filter",
         "suspend_timestamp",
         "timeout_millis",
-        "done",
+        "finished",
         "header",
     )
 
@@ -64,7 +63,7 @@ class PullRequest:
         self.message_filter = message_filter
         self.suspend_timestamp = time.monotonic()
         self.timeout_millis = timeout_millis
-        self.done = False
+        self.finished = False
         # The request's decoded header: the wake-up re-run skips decoding it again.
         self.header = header
 
@@ -107,12 +106,8 @@ class PullRequestHoldService:
         self.pull_request_table: dict[tuple[str, int], list[PullRequest]] = {}
         self._by_conn: dict[RemotingConnection, set[PullRequest]] = {}
         self.held = 0
-        # Held pulls per timeout value, in suspend order (so by deadline); answered ones are dropped
-        # from the head lazily and by compaction. One timer at the earliest pending deadline.
-        self._expiry: dict[int, deque[PullRequest]] = {}
-        self._compact_at: dict[int, int] = {}
-        self._expiry_timer: asyncio.TimerHandle | None = None
-        self._expiry_due = 0.0
+        # Held pulls' suspend timeouts: one loop timer for all (answered ones are dropped lazily).
+        self._expiry: DeadlineFifos[PullRequest] = DeadlineFifos(self._expire_all, slack=0.001)
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.woken_total = 0
@@ -125,9 +120,7 @@ class PullRequestHoldService:
         self._task = self._loop.create_task(self._run(), name="pull-request-hold")
 
     async def stop(self) -> None:
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
+        self._expiry.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -140,7 +133,6 @@ class PullRequestHoldService:
         self.pull_request_table.clear()
         self._by_conn.clear()
         self._expiry.clear()
-        self._compact_at.clear()
         self.held = 0
 
     async def _run(self) -> None:
@@ -160,64 +152,22 @@ class PullRequestHoldService:
         """Hold req until a matching message arrives or its timeout; False when too many are held."""
         if self.held >= self.max_held:
             return False
-        loop = self._loop or asyncio.get_running_loop()
         self.pull_request_table.setdefault((req.topic, req.queue_id), []).append(req)
         self._by_conn.setdefault(req.ctx.conn, set()).add(req)
         self.held += 1
-        key = req.timeout_millis
-        dq = self._expiry.get(key)
-        if dq is None:
-            dq = self._expiry[key] = deque()
-        else:
-            while dq and dq[0].done:  # amortised O(1): the FIFO stays about as long as what is held
-                dq.popleft()
-            if len(dq) >= self._compact_at.get(key, _COMPACT_MIN):
-                dq = self._expiry[key] = deque(r for r in dq if not r.done)
-                self._compact_at[key] = max(_COMPACT_MIN, 2 * len(dq))
-        dq.append(req)
-        deadline = req.deadline
-        if self._expiry_timer is None or deadline < self._expiry_due:
-            self._arm(loop, deadline)
+        self._expiry.add(req.timeout_millis, req)
         return True
 
-    def _arm(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-        self._expiry_due = due
-        # call_at takes loop.time(); deadlines are time.monotonic() (one clock on Linux; convert anyway).
-        self._expiry_timer = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._expire_due)
-
-    def _expire_due(self) -> None:
-        """Answer every held pull whose suspend timeout has passed; re-arm at the next deadline."""
-        self._expiry_timer = None
-        now = time.monotonic() + 0.001  # the loop's clock has ms resolution: do not re-arm for a sliver
-        due = float("inf")
-        expired: list[PullRequest] = []
-        for key in list(self._expiry):
-            dq = self._expiry[key]
-            while dq:
-                req = dq[0]
-                if req.done:
-                    dq.popleft()
-                elif req.deadline <= now:
-                    dq.popleft()
-                    expired.append(req)
-                else:
-                    due = min(due, req.deadline)
-                    break
-            if not dq:
-                del self._expiry[key]
-                self._compact_at.pop(key, None)
-        for req in expired:
+    def _expire_all(self, reqs: list[PullRequest], _now: float) -> None:
+        """Answer every held pull whose suspend timeout has passed."""
+        for req in reqs:
             self._expire(req)
-        if due != float("inf") and self._expiry_timer is None:
-            self._arm(self._loop or asyncio.get_running_loop(), due)
 
     def _remove(self, req: PullRequest) -> bool:
         """Take req out of the tables; False when it was already gone."""
-        if req.done:
+        if req.finished:
             return False
-        req.done = True  # its timeout FIFO entry is dropped lazily
+        req.finished = True  # its timeout FIFO entry is dropped lazily
         key = (req.topic, req.queue_id)
         lst = self.pull_request_table.get(key)
         if lst is not None:
@@ -244,7 +194,7 @@ class PullRequestHoldService:
             log.exception("pull_wakeup_failed", topic=req.topic, queue_id=req.queue_id)
 
     def _expire(self, req: PullRequest) -> None:
-        if not req.done:
+        if not req.finished:
             self.expired_total += 1
             self._fire(req)
 

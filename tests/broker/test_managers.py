@@ -375,6 +375,6 @@ async def test_held_pull_timeout_fifo_stays_bounded_behind_a_long_held_pull() ->
             svc.notify_message_arriving("Busy", 0, i + 1)
         await asyncio.sleep(0)
         assert svc.held == 1
-        assert sum(len(dq) for dq in svc._expiry.values()) <= 2 * 4096
+        assert sum(len(dq) for dq in svc._expiry._queues.values()) <= 2 * 4096
     finally:
         await svc.stop()
