@@ -684,12 +684,21 @@ class PushConsumer(SubscriptionInfoHooks):
         service = self.pull_service
         if service is None or not service.is_current(req):
             return  # the loop was stopped or replaced while the pull was in flight
+        later: list[Any] = []
         try:
-            delay = self._on_pull_error(req, exc) if result is None else self._on_pull_result(req, result)
+            delay = self._on_pull_error(req, exc) if result is None else self._on_pull_result(req, result, later)
         except Exception as e:  # never leave the queue's loop without its next step
             log.exception("pull_result_failed", mq=str(req.message_queue), error=f"{type(e).__name__}: {e}")
             delay = self.pull_time_delay_mills_when_exception / 1000
         service.pull_done(req, delay)
+        if later:
+            # Hand the messages to the consume service only now: the next pull was queued for writing
+            # first, so it goes out ahead of the listener calls this wakes (the broker holds it, ready
+            # for the next message, while the listener runs).
+            try:
+                self.consume_service.submit_consume_request(*later)
+            except Exception as e:
+                log.exception("pull_result_failed", mq=str(req.message_queue), error=f"{type(e).__name__}: {e}")
 
     async def _pull_once(self, req: PullRequest) -> float | None:
         """DefaultMQPushConsumerImpl.pullMessage + its PullCallback: the delay before the next pull
@@ -751,8 +760,9 @@ class PushConsumer(SubscriptionInfoHooks):
             log.warning("pull_failed", mq=str(mq), offset=req.next_offset, error=f"{type(e).__name__}: {e}")
         return self.pull_time_delay_mills_when_exception / 1000
 
-    def _on_pull_result(self, req: PullRequest, result: PullResult) -> float | None:
-        """PullCallback.onSuccess: cache what was found and hand it to the consume service."""
+    def _on_pull_result(self, req: PullRequest, result: PullResult, later: list[Any] | None = None) -> float | None:
+        """PullCallback.onSuccess: cache what was found and hand it to the consume service (or, with
+        `later`, leave the hand-over's arguments there for the caller)."""
         pq = req.process_queue
         mq = req.message_queue
         if pq.dropped or not self.running:
@@ -767,7 +777,10 @@ class PushConsumer(SubscriptionInfoHooks):
             if result.next_begin_offset < prev or msgs[0].queue_offset < prev:
                 log.warning("pull_result_offsets_backwards", mq=str(mq), prev=prev, next=result.next_begin_offset)
             dispatch = pq.put_messages(msgs, result.max_offset)
-            self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+            if later is None:
+                self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)
+            else:
+                later.extend((msgs, pq, mq, dispatch))
             return self.pull_interval / 1000
         if status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
             req.next_offset = result.next_begin_offset

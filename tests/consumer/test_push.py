@@ -148,6 +148,48 @@ async def test_steady_state_pulls_run_from_answer_callbacks_not_tasks(
         await c.shutdown()
 
 
+async def test_next_pull_is_sent_before_the_answer_goes_to_the_listener(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From an answer's callback the queue's next pull is sent first, then the messages are handed to
+    the consume service, so that pull's write is queued ahead of the listener calls it wakes."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 1)
+    got: list[bytes] = []
+    events: list[str] = []
+    c = PushConsumer(group, mq_cluster.namesrv_addr)
+    c.subscribe(topic)
+    c.register_listener(collecting(got))
+    await c.start()
+    try:
+        await wait_until(lambda: [q for q in c.assigned_queues() if q.topic == topic] == queues, 10, "assignment")
+        await asyncio.sleep(0.3)  # the first pull is held by the broker
+        orig_pull = c.pull_api.pull_kernel_nowait
+        orig_submit = c.consume_service.submit_consume_request
+
+        def pull(mq, sd, offset, *a, **kw):  # type: ignore[no-untyped-def]
+            if mq.topic == topic:
+                events.append(f"pull {offset}")
+            return orig_pull(mq, sd, offset, *a, **kw)
+
+        def submit(msgs, pq, mq, *a, **kw):  # type: ignore[no-untyped-def]
+            if mq.topic == topic:
+                events.append(f"submit {msgs[0].queue_offset}-{msgs[-1].queue_offset + 1}")
+            return orig_submit(msgs, pq, mq, *a, **kw)
+
+        monkeypatch.setattr(c.pull_api, "pull_kernel_nowait", pull)
+        monkeypatch.setattr(c.consume_service, "submit_consume_request", submit)
+        sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
+        await wait_until(lambda: set(sent) <= set(got), 15, "delivery")
+        assert sorted(got) == sorted(sent)
+        for i, e in enumerate(events):
+            if e.startswith("submit"):
+                end = e.split("-")[1]
+                assert f"pull {end}" in events[:i], events  # the next pull went out first
+    finally:
+        await c.shutdown()
+
+
 @pytest.fixture
 def broker_has_no_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the broker's "0 for a new in-memory queue" answer look like QUERY_NOT_FOUND (what a
