@@ -93,6 +93,11 @@ class _QueueState:
     consume_offset: int = -1  # offset after the last message poll() returned
     paused: bool = False
     generation: int = 0
+    # Found by a pull, body not decoded yet (_defer_found): at most this many messages / bytes, from
+    # deferred_first on.
+    deferred_count: int = 0
+    deferred_bytes: int = 0
+    deferred_first: int = -1
 
 
 class LitePullConsumer(SubscriptionInfoHooks):
@@ -152,6 +157,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._ready: collections.deque[tuple[_QueueState, int, list[MessageExt]]] = collections.deque()
         self._ready_event: asyncio.Event | None = None
         self._cached_total = 0
+        self._deferred_total = 0  # messages found by pulls, not decoded yet (upper bound)
         self._state = "CREATE_JUST"
         self._instance: MQClientInstance | None = None
         self._owns_instance = False
@@ -385,13 +391,17 @@ class LitePullConsumer(SubscriptionInfoHooks):
         if st.paused:
             return st, PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
         fc = PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL / 1000
-        if self._cached_total > self.pull_threshold_for_all:
+        if self._cached_total + self._deferred_total > self.pull_threshold_for_all:
             return st, fc
-        if pq.msg_count > self.pull_threshold_for_queue:
+        if pq.msg_count + st.deferred_count > self.pull_threshold_for_queue:
             return st, fc
-        if pq.msg_size // (1024 * 1024) > self.pull_threshold_size_for_queue:
+        if (pq.msg_size + st.deferred_bytes) // (1024 * 1024) > self.pull_threshold_size_for_queue:
             return st, fc
-        if pq.max_span() > self.consume_max_span:
+        span = pq.max_span()
+        if st.deferred_count:
+            first = pq.first_offset()
+            span = max(span, st.pull_offset - 1 - (st.deferred_first if first is None else first))
+        if span > self.consume_max_span:
             return st, fc
         return st, True
 
@@ -406,7 +416,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         mq = req.message_queue
         sd = self._subscriptions.get(mq.topic) or build_subscription_data(mq.topic, SUB_ALL)
         offset = st.pull_offset
-        sent = self.pull_api.pull_kernel_nowait(
+        sent = self.pull_api.pull_kernel_nowait_raw(
             mq,
             sd,
             offset,
@@ -419,23 +429,91 @@ class LitePullConsumer(SubscriptionInfoHooks):
 
     def _on_pull_response(
         self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult | None,
-        exc: BaseException | None,
+        body: bytes | None, exc: BaseException | None,
     ) -> None:
         """The pull's callback, from the connection's read path: hands the delay to the pull loop."""
         service = self.pull_service
         if service is None or not service.is_current(req):
             return
         exc_delay = self.pull_time_delay_mills_when_exception / 1000
+        deferred = 0
         try:
             if result is None:
                 log.warning("lite_pull_failed", mq=str(req.message_queue), offset=offset, error=f"{type(exc).__name__}: {exc}")
                 delay: float | None = exc_delay
+            elif result.status is PullStatus.FOUND and body:
+                delay, deferred = self._defer_found(req, st, gen, offset, result, body)
             else:
                 delay = self._on_pull_result(req, st, gen, offset, result)
         except Exception as e:  # never leave the queue's loop without its next step
             log.exception("lite_pull_result_failed", mq=str(req.message_queue), error=f"{type(e).__name__}: {e}")
             delay = exc_delay
         service.pull_done(req, delay)
+        if deferred:
+            # Queued after the next pull's write (pull_done sent it): see _defer_found.
+            asyncio.get_running_loop().call_soon(
+                self._finish_deferred, req, st, gen, offset, result, body, deferred
+            )
+
+    def _defer_found(
+        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult, body: bytes
+    ) -> tuple[float | None, int]:
+        """A pull found messages: move the queue's pull offset now, so the next pull goes out in this
+        loop turn (with every other pull answered by the same read), and leave decoding the body to a
+        callback queued after that write. Decoding in the read path kept the next pulls unsent until
+        every answer of the read was decoded, so broker and client worked in turns; now the broker
+        reads the next pulls while we decode. Until decoded, the batch counts for flow control at its
+        upper bound (its offset range, its bytes). Returns (delay, that bound; 0 = nothing deferred)."""
+        pq = req.process_queue
+        if pq.dropped or st.generation != gen or self._queues.get(req.message_queue) is not st:
+            return (0.0 if not pq.dropped else None), 0
+        n = max(1, result.next_begin_offset - offset)
+        if not st.deferred_count:
+            st.deferred_first = offset
+        st.deferred_count += n
+        st.deferred_bytes += len(body)
+        self._deferred_total += n
+        st.pull_offset = result.next_begin_offset
+        return 0.0, n
+
+    def _finish_deferred(
+        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult, body: bytes, n: int
+    ) -> None:
+        """_defer_found's second half: decode and cache the batch for poll() (in pull order: callbacks run
+        in the order they were scheduled)."""
+        self._deferred_total -= n
+        if st.generation != gen:
+            return  # re-seeked or dropped meanwhile: the counters were reset with the generation
+        st.deferred_count -= n
+        st.deferred_bytes -= len(body)
+        mq = req.message_queue
+        if req.process_queue.dropped or self._queues.get(mq) is not st or not self.running:
+            return
+        sd = self._subscriptions.get(mq.topic) or build_subscription_data(mq.topic, SUB_ALL)
+        try:
+            result = self.pull_api.decode_raw(result, body, sd)
+        except Exception as e:  # a corrupt answer: pull it again, after the usual pause
+            log.warning("lite_pull_failed", mq=str(mq), offset=offset, error=f"{type(e).__name__}: {e}")
+            # From what poll() handed out last: the restart drops the cached batches before this one too.
+            at = offset if st.consume_offset < 0 else min(offset, st.consume_offset)
+            self._restart_queue(st, at, self.pull_time_delay_mills_when_exception / 1000)
+            return
+        self._on_pull_result(req, st, gen, offset, result, moved=True)
+
+    def _restart_queue(self, st: _QueueState, offset: int, delay_s: float = 0.0) -> None:
+        """Start the queue over at `offset`: batches cached, decoded or in flight from before are dropped."""
+        st.generation += 1
+        st.deferred_count = st.deferred_bytes = 0
+        st.deferred_first = -1
+        self.pull_service.stop_queue(st.mq)
+        self._purge_ready(st)
+        st.pull_offset = offset
+        st.consume_offset = offset
+        req = PullRequest(self._group, st.mq, st.pq, offset)
+        if delay_s > 0:
+            self.pull_service.execute_pull_request_later(req, delay_s)
+        else:
+            self.pull_service.execute_pull_request_immediately(req)
 
     async def _pull_once(self, req: PullRequest) -> float | None:
         mq = req.message_queue
@@ -479,14 +557,16 @@ class LitePullConsumer(SubscriptionInfoHooks):
         return self._on_pull_result(req, st, gen, offset, result)
 
     def _on_pull_result(
-        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult
+        self, req: PullRequest, st: _QueueState, gen: int, offset: int, result: PullResult, *, moved: bool = False
     ) -> float | None:
+        """Cache a pull's messages for poll(); `moved`: the pull offset was already moved past them."""
         mq = req.message_queue
         pq = req.process_queue
         if pq.dropped or st.generation != gen or self._queues.get(mq) is not st:
             return 0.0 if not pq.dropped else None
         if result.status is PullStatus.FOUND:
-            st.pull_offset = result.next_begin_offset
+            if not moved:
+                st.pull_offset = result.next_begin_offset
             msgs = result.messages
             if msgs:
                 pq.put_messages(msgs, result.max_offset)
@@ -618,12 +698,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         st = self._queues.get(mq)
         if st is None:
             raise MQClientError(f"The message queue is not in assigned list, message queue: {mq}")
-        st.generation += 1
-        self.pull_service.stop_queue(mq)
-        self._purge_ready(st)
-        st.pull_offset = offset
-        st.consume_offset = offset
-        self.pull_service.execute_pull_request_immediately(PullRequest(self._group, mq, st.pq, offset))
+        self._restart_queue(st, offset)
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         await self.seek(mq, max(0, await min_offset(self.instance, mq)))

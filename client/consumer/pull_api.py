@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from remoting.body import SubscriptionData
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader
-from remoting.message import MessageConst, add_properties
+from remoting.message import MessageConst, add_properties, decode_messages
 
 from ..errors import MQClientError
 from ..message import MessageQueue, PullResult, PullStatus
@@ -26,9 +26,11 @@ from .filter import filter_messages
 if TYPE_CHECKING:
     from ..instance import MQClientInstance
 
-__all__ = ["PullAPIWrapper", "PullCallback"]
+__all__ = ["PullAPIWrapper", "PullCallback", "RawPullCallback"]
 
 PullCallback = Callable[[PullResult | None, BaseException | None], None]
+# pull_kernel_nowait_raw's callback: (result without messages, the undecoded body, None) or (None, None, error).
+RawPullCallback = Callable[[PullResult | None, bytes | None, BaseException | None], None]
 
 _MAX_TARGETS = 65536  # bound on per-queue pull state (one per pulled queue)
 
@@ -117,18 +119,12 @@ class PullAPIWrapper:
         is unknown or its connection is not open and writable -- the caller falls back to pull_kernel.
         Else `callback(result, None)` (processed as pull_kernel's) or `callback(None, error)` runs
         once, from the connection's read path."""
-        inst = self.instance
         target = self._target(mq)
-        found = inst.find_broker_address_in_subscribe(mq.broker_name, target.which_node, False)
+        found = self._nowait_request(mq, sd, offset, max_nums, commit_offset, commit_enable, suspend_timeout_ms, target)
         if found is None:
             return False
-        addr, is_slave = found
-        sys_flag = PullSysFlag.build(commit_enable and not is_slave, True, True, sd.class_filter_mode)
-        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms, target).copy()
-        ext["queueOffset"] = str(offset)
-        ext["sysFlag"] = str(sys_flag)
-        ext["commitOffset"] = str(commit_offset)
-        api = inst.api
+        addr, ext = found
+        api = self.instance.api
 
         def on_response(response: RemotingCommand | None, exc: BaseException | None) -> None:
             if exc is None:
@@ -142,6 +138,63 @@ class PullAPIWrapper:
                 callback(None, exc)
 
         return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
+
+    def pull_kernel_nowait_raw(
+        self,
+        mq: MessageQueue,
+        sd: SubscriptionData,
+        offset: int,
+        max_nums: int,
+        callback: RawPullCallback,
+        *,
+        suspend_timeout_ms: int = 15_000,
+        timeout_ms: float = 30_000,
+    ) -> bool:
+        """pull_kernel_nowait leaving the body undecoded: `callback(result, body, None)`, where `result`
+        has no messages yet (decode_raw makes them, e.g. after the next pull went out), or
+        `callback(None, None, error)`. False: nothing sent."""
+        target = self._target(mq)
+        found = self._nowait_request(mq, sd, offset, max_nums, 0, False, suspend_timeout_ms, target)
+        if found is None:
+            return False
+        addr, ext = found
+        api = self.instance.api
+
+        def on_response(response: RemotingCommand | None, exc: BaseException | None) -> None:
+            if exc is None:
+                try:
+                    result = api.process_pull_response(response, addr, decode=False)  # type: ignore[arg-type]
+                except Exception as e:  # an error code from the broker, a bad header
+                    callback(None, None, e)
+                    return
+                target.which_node = result.suggest_which_broker_id
+                callback(result, response.body if result.status is PullStatus.FOUND else None, None)  # type: ignore[union-attr]
+            else:
+                callback(None, None, exc)
+
+        return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
+
+    def decode_raw(self, result: PullResult, body: bytes, sd: SubscriptionData) -> PullResult:
+        """The messages of a pull_kernel_nowait_raw answer, processed as pull_kernel's (tag re-check,
+        MIN/MAX_OFFSET properties). Raises ValueError on a corrupt body."""
+        result.messages = decode_messages(body, decompress_body=True) if body else []
+        return self._process_messages(result, sd)
+
+    def _nowait_request(
+        self, mq: MessageQueue, sd: SubscriptionData, offset: int, max_nums: int, commit_offset: int,
+        commit_enable: bool, suspend_timeout_ms: int, target: _PullTarget,
+    ) -> tuple[str, dict[str, str]] | None:
+        """(broker address, request header) of a long-polling pull, or None when the address is unknown."""
+        found = self.instance.find_broker_address_in_subscribe(mq.broker_name, target.which_node, False)
+        if found is None:
+            return None
+        addr, is_slave = found
+        sys_flag = PullSysFlag.build(commit_enable and not is_slave, True, True, sd.class_filter_mode)
+        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms, target).copy()
+        ext["queueOffset"] = str(offset)
+        ext["sysFlag"] = str(sys_flag)
+        ext["commitOffset"] = str(commit_offset)
+        return addr, ext
 
     def _header_template(
         self, mq: MessageQueue, sd: SubscriptionData, max_nums: int, suspend_timeout_ms: int,
@@ -172,6 +225,10 @@ class PullAPIWrapper:
         self, mq: MessageQueue, result: PullResult, sd: SubscriptionData, target: _PullTarget | None = None
     ) -> PullResult:
         (target if target is not None else self._target(mq)).which_node = result.suggest_which_broker_id
+        return self._process_messages(result, sd)
+
+    @staticmethod
+    def _process_messages(result: PullResult, sd: SubscriptionData) -> PullResult:
         if result.status is PullStatus.FOUND and result.messages:
             msgs = result.messages
             if sd.tags_set and not sd.class_filter_mode:

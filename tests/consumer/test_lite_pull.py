@@ -176,3 +176,56 @@ async def test_prefetch_runs_from_pull_answer_callbacks_and_a_seek_drops_the_pul
         assert await c.poll(0.3) == []  # nothing delivered twice
     finally:
         await c.shutdown()
+
+
+async def test_next_pull_goes_out_before_the_answer_is_decoded_and_a_bad_body_is_pulled_again(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A found answer moves the queue on and its next pull is sent from the read path; the body is
+    decoded in a later callback (while the broker reads that pull). An answer that fails to decode
+    restarts the queue at that answer's offset: every message arrives exactly once."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 1)
+    sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 6)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit=False, pull_batch_size=2,
+                         consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    order: list[str] = []
+    api_cls = type(c).__mro__[0]
+    orig_defer, orig_finish = api_cls._defer_found, api_cls._finish_deferred
+    failed: list[int] = []
+
+    def defer(self: LitePullConsumer, req, st, gen, offset, result, body):  # type: ignore[no-untyped-def]
+        order.append(f"found {offset}")
+        return orig_defer(self, req, st, gen, offset, result, body)
+
+    def finish(self: LitePullConsumer, req, st, gen, offset, result, body, n):  # type: ignore[no-untyped-def]
+        order.append(f"decode {offset}")
+        if offset == 2 and not failed:
+            failed.append(offset)
+            body = b"\x00" * 8  # truncated record: decode_messages raises
+        return orig_finish(self, req, st, gen, offset, result, body, n)
+
+    monkeypatch.setattr(api_cls, "_defer_found", defer)
+    monkeypatch.setattr(api_cls, "_finish_deferred", finish)
+    monkeypatch.setattr(c, "pull_time_delay_mills_when_exception", 1000)
+    c.assign(queues)
+    await c.start()
+    orig_raw = c.pull_api.pull_kernel_nowait_raw
+
+    def raw(mq, sd, offset, *a, **kw):  # type: ignore[no-untyped-def]
+        order.append(f"pull {offset}")
+        return orig_raw(mq, sd, offset, *a, **kw)
+
+    monkeypatch.setattr(c.pull_api, "pull_kernel_nowait_raw", raw)
+    try:
+        await wait_until(lambda: bool(failed), 10, "the bad answer")  # offsets 0-1 are cached, not polled
+        got = await poll_until(c, 6)
+        assert [m.body for m in got] == sent and [m.queue_offset for m in got] == list(range(6))
+        assert await c.poll(0.3) == []  # nothing twice
+        assert failed == [2]
+        # The pull after a found answer is sent before that answer is decoded.
+        decoded = [int(e.split()[1]) for e in order if e.startswith("decode")]
+        assert decoded and all(order.index(f"pull {o + 2}") < order.index(f"decode {o}") for o in decoded if o + 2 <= 6)
+        assert c.position(queues[0]) == 6
+    finally:
+        await c.shutdown()
