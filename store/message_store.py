@@ -864,10 +864,17 @@ class DefaultMessageStore:
         lowest = min(taken)  # checked over every record: no order assumed
         if lowest < hot_from_py:
             return None  # on disk: other transfer caps, the loop handles it
-        if lowest < base or max(map(operator.add, taken, sizes)) - base > mf.wrote_position:
+        ends = tuple(map(operator.add, taken, sizes))  # a tuple, as `taken` is: compared below
+        if lowest < base or max(ends) - base > mf.wrote_position:
             return None  # not all in this file's written part
         mv = mf.mv
-        result.message_buffers.extend([mv[p - base : p - base + z] for p, z in zip(phys[:k], sizes, strict=False)])
+        if taken[1:] == ends[:-1]:
+            # Back to back (a batch, or one writer per queue): one slice, answered in one copy; the
+            # per-record slices are cut only if someone reads message_buffers.
+            first = taken[0]
+            result.set_run(mv[first - base : ends[-1] - base], first, taken, sizes[:k])
+        else:
+            result.message_buffers.extend([mv[p - base : p - base + z] for p, z in zip(taken, sizes, strict=False)])
         result.message_queue_offsets.extend(range(start_offset, start_offset + k))
         result.message_count = k
         result.buffer_total_size = sums[k - 1]

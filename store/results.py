@@ -136,28 +136,103 @@ class PutMessageResult:
         return f"PutMessageResult(status={self.status.value}, append_result={self.append_result!r}, remark={self.remark!r})"
 
 
-@dataclass(slots=True)
 class GetMessageResult:
-    status: GetMessageStatus = GetMessageStatus.NO_MESSAGE_IN_QUEUE
-    next_begin_offset: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-    message_buffers: list[memoryview | bytes] = field(default_factory=list)
-    message_queue_offsets: list[int] = field(default_factory=list)
-    message_count: int = 0
-    buffer_total_size: int = 0
-    suggest_pulling_from_slave: bool = False
-    msg_count4_commercial: int = 0
+    """What get_message read. `message_buffers` holds one read-only slice of the mapped CommitLog per
+    record; when the records are back to back (a batch, or one writer per queue) the store hands one
+    slice of the whole run instead (set_run), and the per-record slices are only cut if someone asks
+    for them: a pull answers with the run's bytes in one copy."""
+
+    __slots__ = (
+        "status",
+        "next_begin_offset",
+        "min_offset",
+        "max_offset",
+        "_buffers",
+        "_run",
+        "_run_layout",
+        "message_queue_offsets",
+        "message_count",
+        "buffer_total_size",
+        "suggest_pulling_from_slave",
+        "msg_count4_commercial",
+    )
+
+    def __init__(
+        self,
+        status: GetMessageStatus = GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+        next_begin_offset: int = 0,
+        min_offset: int = 0,
+        max_offset: int = 0,
+        message_buffers: list[memoryview | bytes] | None = None,
+        message_queue_offsets: list[int] | None = None,
+        message_count: int = 0,
+        buffer_total_size: int = 0,
+        suggest_pulling_from_slave: bool = False,
+        msg_count4_commercial: int = 0,
+    ) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self._buffers: list[memoryview | bytes] | None = [] if message_buffers is None else message_buffers
+        self._run: memoryview | None = None
+        self._run_layout: tuple[int, list[int], list[int]] | None = None  # (run start, record offsets, sizes)
+        self.message_queue_offsets = [] if message_queue_offsets is None else message_queue_offsets
+        self.message_count = message_count
+        self.buffer_total_size = buffer_total_size
+        self.suggest_pulling_from_slave = suggest_pulling_from_slave
+        self.msg_count4_commercial = msg_count4_commercial
+
+    def set_run(self, run: memoryview, first: int, offsets: list[int], sizes: list[int]) -> None:
+        """The records are `run` (one slice starting at CommitLog offset `first`): record i is at
+        CommitLog offset offsets[i], sizes[i] bytes."""
+        self._run = run
+        self._run_layout = (first, offsets, sizes)
+        self._buffers = None
+
+    @property
+    def message_buffers(self) -> list[memoryview | bytes]:
+        buffers = self._buffers
+        if buffers is None:
+            run = self._run
+            assert run is not None and self._run_layout is not None
+            first, offsets, sizes = self._run_layout
+            buffers = self._buffers = [run[p - first : p - first + z] for p, z in zip(offsets, sizes, strict=True)]
+        return buffers
+
+    @message_buffers.setter
+    def message_buffers(self, value: list[memoryview | bytes]) -> None:
+        self._release_run()
+        self._buffers = value
 
     def body(self) -> bytes:
-        return b"".join(self.message_buffers)
+        run = self._run
+        if run is not None:
+            return bytes(run)
+        return b"".join(self._buffers)  # type: ignore[arg-type]
 
     def release(self) -> None:
         """Drop the mapping slices early (lets a deleted file's mapping go)."""
-        for b in self.message_buffers:
-            if isinstance(b, memoryview):
-                b.release()
-        self.message_buffers = []
+        buffers = self._buffers
+        if buffers:
+            for b in buffers:
+                if isinstance(b, memoryview):
+                    b.release()
+        self._release_run()
+        self._buffers = []
+
+    def _release_run(self) -> None:
+        if self._run is not None:
+            self._run.release()
+            self._run = None
+            self._run_layout = None
+
+    def __repr__(self) -> str:
+        return (
+            f"GetMessageResult(status={self.status.value}, next_begin_offset={self.next_begin_offset}, "
+            f"min_offset={self.min_offset}, max_offset={self.max_offset}, message_count={self.message_count}, "
+            f"buffer_total_size={self.buffer_total_size})"
+        )
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remoting.message import java_string_hash
+from remoting.message import decode_message, java_string_hash
 from store.filter import TagsCodeFilter
 from store.message_store import DefaultMessageStore
 from store.results import GetMessageResult, PutMessageStatus
@@ -84,3 +84,34 @@ async def test_run_path_matches_the_record_loop(
             assert a == b, case
     finally:
         await store.shutdown()
+
+
+async def test_back_to_back_records_are_one_slice(make_store: Callable[..., DefaultMessageStore]) -> None:
+    """A batch's records lie back to back: get_message hands one slice of the run (body() is one copy of
+    it); message_buffers still gives one slice per record, cut on first use, and release() frees all."""
+    store = make_store()
+    await store.start()
+    try:
+        r = await store.put_messages([make_msg(body=b"r" * (10 + i), queue_id=0) for i in range(6)])
+        assert r.status == PutMessageStatus.PUT_OK
+        await _fill(store, 6)  # then single sends alternating between queues 0 and 1: not back to back
+        res = store.get_message("g", "TopicTest", 0, 0, 4)
+        assert res._run is not None and res.message_count == 4
+        body = res.body()
+        records = [bytes(b) for b in res.message_buffers]
+        assert [_decode(b).body for b in records] == [b"r" * (10 + i) for i in range(4)]
+        assert b"".join(records) == body
+        assert [store.select_one_message_by_offset(_decode(b).commit_log_offset) for b in records] == records
+        res.release()
+        assert res.message_buffers == [] and res._run is None
+        # Records 6.. of queue 0 were sent one by one between queue 1's: one slice per record.
+        mixed = store.get_message("g", "TopicTest", 0, 5, 3)
+        assert mixed._run is None and mixed.message_count == 3
+        assert mixed.body() == b"".join(bytes(b) for b in mixed.message_buffers)
+        mixed.release()
+    finally:
+        await store.shutdown()
+
+
+def _decode(b: bytes) -> Any:
+    return decode_message(b)[0]
