@@ -36,8 +36,17 @@ _ENTRY = struct.Struct(">iqii")
 _I32 = struct.Struct(">i")
 _INT_MIN = -(1 << 31)
 _INT_MAX = (1 << 31) - 1
-_FIRST = operator.itemgetter(0)
 _MAX_RUN = 1024  # keys per put_key_hashes call (its struct grows with the count)
+
+
+_SLOTS_AT = INDEX_HEADER_SIZE // 4  # int32 index of the first hash slot
+
+
+@functools.lru_cache(maxsize=16)
+def _swap_structs(n: int) -> tuple[struct.Struct, struct.Struct]:
+    """n int32s in native and in big-endian order: packing with one and unpacking with the other swaps
+    the bytes of all of them in two calls."""
+    return struct.Struct(f"={n}i"), struct.Struct(f">{n}i")
 
 
 @functools.lru_cache(maxsize=16)
@@ -63,6 +72,10 @@ _B31_FROM_48 = bytes(
 )
 _MASK32 = 0xFFFFFFFF
 _CACHE_LIMIT = 4096
+_SUFFIX = 4  # a UNIQ_KEY's counter: 4 hex digits (65 536 table entries at most for hex keys)
+_SUFFIX_SLICE = slice(-_SUFFIX, None)
+_SUFFIX_SCALE = 31**_SUFFIX
+_SUFFIX_TABLE_MAX = 1 << 17
 
 
 class TopicKeyHasher:
@@ -71,10 +84,11 @@ class TopicKeyHasher:
     UNIQ_KEY always is) hashes with one translate and one int() parse, since each unit is 48 + a base-31
     digit: hash(key) = int(digits, 31) + 48 * (31^(n-1) + ... + 1). Anything else takes the plain way."""
 
-    __slots__ = ("_prefix", "_scale")
+    __slots__ = ("_prefix", "_scale", "_suffix")
 
     def __init__(self) -> None:
         self._prefix: dict[str, int] = {}
+        self._suffix: dict[str, int] = {}  # last _SUFFIX characters of a key -> their Java hash
         self._scale: dict[int, tuple[int, int]] = {}  # len -> (31^n, 48 * sum(31^i, i < n)) mod 2^32
 
     def hash_unsigned(self, topic: str, key: str) -> int:
@@ -98,10 +112,39 @@ class TopicKeyHasher:
     def index_hashes(self, topic: str, keys: list[str]) -> list[int] | None:
         """index_key_hash(f"{topic}#{key}") (abs of the signed Java hash, MIN_VALUE -> 0) of every key, with
         C-level maps when the keys all have one length and all hash by the base-31 parse (UNIQ_KEYs of one
-        run); None otherwise (hash them one by one)."""
+        run); None otherwise (hash them one by one).
+
+        Keys that differ only in their last _SUFFIX characters (the UNIQ_KEYs of one batch: client
+        prefix, time, then a 4-hex-digit counter) hash as hash(topic#prefix) * 31^_SUFFIX + hash(suffix),
+        the suffix hashes from a table: one hash per run instead of a parse per key."""
+        count = len(keys)
         n = len(keys[0]) if keys else 0
-        if not n or n > 64 or list(map(len, keys)).count(n) != len(keys):
+        if not n or n > 64 or list(map(len, keys)).count(n) != count:
             return None
+        if n > _SUFFIX:
+            head = keys[0][:-_SUFFIX]
+            if list(map(str.startswith, keys, repeat(head))).count(True) == count:
+                table = self._suffix
+                hs = list(map(table.get, map(operator.getitem, keys, repeat(_SUFFIX_SLICE))))
+                if None in hs:
+                    if len(table) > _SUFFIX_TABLE_MAX:
+                        table.clear()
+                    for i, h in enumerate(hs):
+                        if h is None:
+                            sfx = keys[i][-_SUFFIX:]
+                            h = 0
+                            for ch in sfx:
+                                c = ord(ch)
+                                if c > 0xFFFF:
+                                    return None  # a surrogate pair in Java: the general way
+                                h = 31 * h + c
+                            hs[i] = table[sfx] = h
+                base = self.hash_unsigned(topic, head) * _SUFFIX_SCALE
+                # abs of the signed value: u - 2^32 when bit 31 is set; MIN_VALUE's abs (2^31) masks to 0.
+                return [
+                    u if (u := (base + h) & _MASK32) < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF
+                    for h in hs  # type: ignore[operator]
+                ]
         hp = self._prefix.get(topic)
         if hp is None:
             if len(self._prefix) > _CACHE_LIMIT:
@@ -127,6 +170,9 @@ class IndexFile:
         self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
         self._fd = fd
         self.mm = mm
+        # The file as native int32s: put_key_hashes reads and writes slots by index (no buffer round per
+        # call, as struct's pack_into/unpack_from take), byte-swapping them to the file's big-endian in bulk.
+        self._ints = memoryview(mm).cast("i")
         self._entries_pos = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         self.begin_timestamp = 0
         self.end_timestamp = 0
@@ -302,12 +348,12 @@ class IndexFile:
         count = self.index_count
         if n > _MAX_RUN or count <= 1 or count + n > self.index_num or self.begin_timestamp <= 0:
             return False
-        slot_num = self.hash_slot_num
-        slots = list(map(INDEX_HEADER_SIZE.__add__, map(HASH_SLOT_SIZE.__mul__, map(slot_num.__rmod__, hashes))))
+        slots = list(map(_SLOTS_AT.__add__, map(self.hash_slot_num.__rmod__, hashes)))  # int32 indexes
         if len(set(slots)) != n:
             return False  # a chain inside the run: each entry must see the one before it
-        mm = self.mm
-        prevs = list(map(_FIRST, map(_I32.unpack_from, repeat(mm), slots)))
+        ints = self._ints
+        native, big = _swap_structs(n)
+        prevs = big.unpack(native.pack(*map(ints.__getitem__, slots)))
         if min(prevs) < 0 or max(prevs) >= count:
             return False  # a torn update or a bad slot: put_key_hash repairs those
         time_diff = (store_timestamp - self.begin_timestamp) // 1000
@@ -320,8 +366,8 @@ class IndexFile:
         flat[1::4] = phy_offsets
         flat[3::4] = prevs
         # Entries first, then the slots (as put_key_hash: a slot never points at an unwritten entry).
-        _entries_struct(n).pack_into(mm, self._entries_pos + count * INDEX_SIZE, *flat)
-        for _ in map(_I32.pack_into, repeat(mm), slots, range(count, count + n)):
+        _entries_struct(n).pack_into(self.mm, self._entries_pos + count * INDEX_SIZE, *flat)
+        for _ in map(ints.__setitem__, slots, native.unpack(big.pack(*range(count, count + n)))):
             pass
         self.hash_slot_count += prevs.count(INVALID_INDEX)
         self.index_count = count + n
@@ -405,6 +451,7 @@ class IndexFile:
             return
         self.commit_header()
         self._closed = True
+        self._ints.release()
         try:
             self.mm.close()
         except BufferError:
