@@ -162,3 +162,36 @@ async def test_live_index_file_fsynced_only_in_thorough_rounds(
             assert fsynced == [live.file_name]  # the rolled file, not the new live one
     finally:
         await store.shutdown()
+
+
+async def test_sync_flush_timeouts_of_staggered_waiters(make_store: Callable[..., DefaultMessageStore]) -> None:
+    """One timer serves every waiter: each times out syncFlushTimeout after its own put, not the first's."""
+    store = make_store(flushDiskType="SYNC_FLUSH", syncFlushTimeout=300)
+    await store.start()
+    release = threading.Event()
+
+    def stuck_fsync(mf: MappedFile) -> None:
+        release.wait(5)
+        MappedFile.fsync_blocking(mf)
+
+    store.commit_log_fsync = stuck_fsync
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    done_at: dict[str, float] = {}
+
+    async def put(tag: str, delay: float) -> PutMessageStatus:
+        await asyncio.sleep(delay)
+        r = await store.put_message(make_msg(body=tag.encode()))
+        done_at[tag] = loop.time() - t0
+        return r.status
+
+    try:
+        statuses = await asyncio.gather(put("a", 0.0), put("b", 0.15))
+    finally:
+        release.set()
+    assert statuses == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 2
+    assert 0.25 < done_at["a"] < 0.45 + 0.5
+    assert done_at["b"] - done_at["a"] > 0.08  # b waited its own 300 ms, from its own put
+    store.commit_log_fsync = MappedFile.fsync_blocking
+    r = await store.put_message(make_msg(body=b"disk is back"))
+    assert r.status == PutMessageStatus.PUT_OK
