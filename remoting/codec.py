@@ -274,6 +274,131 @@ def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
         raise ProtocolError(f"undecodable msgpack header: {e}") from None
 
 
+class SendFixed:
+    """The extFields entries every pipelined SEND of one producer, topic and queue share (all but the
+    per-message g and i), decoded once per distinct byte string by FrameDecoder. `header` is free for
+    headers.send_header_v2_of to keep those fields decoded as a send header."""
+
+    __slots__ = ("ext", "count", "header")
+
+    def __init__(self, ext: dict[str, Any], count: int) -> None:
+        self.ext = ext  # shared by every command decoded with it: read only
+        self.count = count  # map entries of the whole extFields (ext plus g and i)
+        self.header: Any = None
+
+
+# The producer (client.producer) writes a pipelined SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header as the
+# 7-array with its language and version, and an extFields map that starts with g (born timestamp) and
+# i (properties) -- the only entries that change per message -- followed by the rest in bytes it
+# caches. FrameDecoder reads such a header without the generic decoder: the lead and the two strings
+# by hand, the rest looked up by its bytes (decoded with unpackb the first time). Anything else, or any
+# doubt, takes decode_msgpack_header, whose result this equals.
+_SEND_LEAD_310 = _FIXARRAY7 + _msgpack_packb((310, LanguageCode.PYTHON, DEFAULT_VERSION))[1:]
+_SEND_LEAD_320 = _FIXARRAY7 + _msgpack_packb((320, LanguageCode.PYTHON, DEFAULT_VERSION))[1:]
+_SEND_LEAD_LEN = len(_SEND_LEAD_310)
+_G_KEY = b"\xa1g"
+_I_KEY = b"\xa1i"
+_send_fixed: dict[bytes, SendFixed] = {}
+_SEND_FIXED_MAX = 4096  # distinct (producer, topic, queue, flags) headers remembered; cleared when full
+_PYTHON = LanguageCode.PYTHON
+
+
+def _learn_send_fixed(rest: bytes, count: int) -> SendFixed | None:
+    """Decode the constant part of a producer's SEND extFields once (None: not this shape)."""
+    k = count - 2
+    if not 0 < k <= 15:
+        return None
+    try:
+        ext = _msgpack_unpackb(bytes((0x80 | k,)) + rest)
+    except Exception:  # noqa: BLE001 - anything msgpack refuses goes to the generic decoder
+        return None
+    if ext.__class__ is not dict or len(ext) != k or "g" in ext or "i" in ext:
+        return None
+    fixed = SendFixed(ext, count)
+    if len(_send_fixed) >= _SEND_FIXED_MAX:
+        _send_fixed.clear()
+    _send_fixed[rest] = fixed
+    return fixed
+
+
+def _decode_send(
+    src: bytes | bytearray, h: int, hend: int, body: bytes | None, frame_size: int
+) -> RemotingCommand | None:
+    """A producer's pipelined SEND header at src[h:hend] (see _SEND_LEAD_310), or None to decode it the
+    generic way. Every read is bounds-checked against hend; every shape msgpack allows but this does
+    not expect returns None."""
+    if hend - h < _SEND_LEAD_LEN + 12:
+        return None
+    if src.startswith(_SEND_LEAD_310, h):
+        code = 310
+    elif src.startswith(_SEND_LEAD_320, h):
+        code = 320
+    else:
+        return None
+    p = h + _SEND_LEAD_LEN
+    b = src[p]
+    if b < 0x80:
+        opaque = b
+        p += 1
+    elif b == 0xCC:
+        opaque = src[p + 1]
+        p += 2
+    elif b == 0xCD:
+        opaque = src[p + 1] << 8 | src[p + 2]
+        p += 3
+    elif b == 0xCE:
+        (opaque,) = _LEN.unpack_from(src, p + 1)
+        p += 5
+    else:
+        return None
+    flag = src[p]
+    m = src[p + 2]
+    # flag a positive fixint, remark nil, a fixmap, whose first key is g
+    if flag >= 0x80 or src[p + 1] != 0xC0 or m & 0xF0 != 0x80 or not src.startswith(_G_KEY, p + 3):
+        return None
+    p += 5
+    t = src[p]
+    e = p + 1 + (t & 0x1F)
+    if t & 0xE0 != 0xA0 or e + 3 > hend or not src.startswith(_I_KEY, e):
+        return None
+    try:
+        born = src[p + 1 : e].decode()
+        p = e + 2
+        t = src[p]
+        if t & 0xE0 == 0xA0:
+            q = p + 1
+            e = q + (t & 0x1F)
+        elif t == 0xD9:
+            q = p + 2
+            e = q + src[p + 1]
+        elif t == 0xDA:
+            q = p + 3
+            e = q + (src[p + 1] << 8 | src[p + 2])
+        else:
+            return None
+        if e > hend:
+            return None
+        props = src[q:e].decode()
+    except (UnicodeDecodeError, IndexError):
+        return None
+    rest = src[e:hend]
+    if rest.__class__ is not bytes:
+        rest = bytes(rest)
+    fixed = _send_fixed.get(rest)
+    if fixed is None:
+        fixed = _learn_send_fixed(rest, m & 0x0F)
+        if fixed is None:
+            return None
+    elif fixed.count != m & 0x0F:
+        return None
+    # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
+    # frame_size, packed_ext, send_fixed.
+    return RemotingCommand(
+        code, opaque, flag, None, {"g": born, "i": props, **fixed.ext}, body, _PYTHON, DEFAULT_VERSION, _MSGPACK,
+        frame_size, None, fixed,
+    )
+
+
 _HEADER_DECODERS: dict[int, Callable[[bytes | memoryview], RemotingCommand]] = {
     SerializeType.JSON: decode_json_header,
     SerializeType.ROCKETMQ: decode_rocketmq_header,
@@ -352,6 +477,17 @@ class FrameDecoder:
                 hend = hstart + hlen
                 if hend > end:
                     raise ProtocolError(f"header length {hlen} exceeds frame length {length - 4}")
+                if word >> 24 == 2:  # MSGPACK: a producer's pipelined send first
+                    body = (src[hend:end] if src is data else bytes(mv[hend:end])) if end > hend else None
+                    # (a code of 128 or more, as SENDs have: answers, with small codes, skip the call)
+                    cmd = _decode_send(src, hstart, hend, body, length + 4) if hlen > 20 and src[hstart + 1] == 0xCD else None
+                    if cmd is None:
+                        cmd = decode_msgpack_header(mv[hstart:hend])
+                        cmd.body = body
+                        cmd.frame_size = length + 4
+                    out.append(cmd)
+                    pos = end
+                    continue
                 decoder = _HEADER_DECODERS.get(word >> 24)
                 if decoder is None:
                     raise ProtocolError(f"unknown serialize type {word >> 24}")

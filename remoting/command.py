@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType
 
@@ -28,6 +29,11 @@ class RemotingCommand:
     # SerializeType.MSGPACK (ignored by JSON/ROCKETMQ). Whoever sets it must keep it equal to
     # ext_fields; anything that edits ext_fields afterwards must reset it to None.
     packed_ext: bytes | None = field(default=None, compare=False, repr=False)
+    # Optional, set by the frame decoder: the per-sender constant part of a producer's pipelined SEND
+    # header (codec.SendFixed), recognised by its bytes, so the send header is not decoded field by
+    # field again (headers.send_header_v2_of). Equal to what ext_fields holds but g and i; anything
+    # that edits ext_fields afterwards must reset it to None.
+    send_fixed: Any = field(default=None, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

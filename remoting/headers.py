@@ -272,6 +272,36 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
     return h
 
 
+def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequestHeader:
+    """decode_send_header_v2(ext) for a command whose constant part the frame decoder recognised
+    (`fixed`: its codec.SendFixed, or None): those fields are decoded once per SendFixed and kept in it,
+    so a send costs its g and i only."""
+    if fixed is None:
+        return decode_send_header_v2(ext)
+    c = fixed.header
+    if c is None:
+        # The memo key decode_send_header_v2 would use, from the fixed entries (they hold all but g, i).
+        get = fixed.ext.get
+        key = tuple(get(k) for k in _SEND_V2_KEY_NAMES)
+        c = _send_v2_memo.get(key)
+        if c is None:
+            decode_send_header_v2(ext)  # decodes (or refuses) the whole header, memoizing its fixed part
+            c = _send_v2_memo.get(key)
+            if c is None:  # not memoizable (a non-str value, ...): the generic decoder every time
+                fixed.header = False
+                return decode_send_header_v2(ext)
+        fixed.header = c
+    elif c is False:
+        return decode_send_header_v2(ext)
+    assert ext is not None
+    g = ext["g"]
+    try:
+        born = int(g)
+    except ValueError:
+        return decode_send_header_v2(ext)  # names the bad field
+    return _H_SEND(c[0], c[1], c[2], c[3], c[4], c[5], born, c[6], ext["i"], c[7], c[8], c[9], c[10])
+
+
 def encode_send_header_v2(h: SendMessageRequestHeader) -> dict[str, str]:
     return {_V1_TO_V2[k]: v for k, v in h.encode().items()}
 

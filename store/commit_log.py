@@ -89,6 +89,8 @@ class MessageBatch:
         "properties_strings",
         "properties_bytes",
         "store_timestamp",
+        "body_len",
+        "properties_template",
     )
 
     def __init__(
@@ -105,6 +107,9 @@ class MessageBatch:
         properties_list: list[dict[str, str]],
         properties_strings: list[str] | None,
         properties_bytes: list[bytes] | None = None,
+        *,
+        body_len: int = -1,
+        properties_template: tuple[tuple[bytes, ...], list[list[bytes]], int] | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
@@ -120,6 +125,13 @@ class MessageBatch:
         self.properties_strings = properties_strings
         self.properties_bytes = properties_bytes
         self.store_timestamp = 0
+        # Set only by whoever cut the columns with one struct (so every value has its field's length):
+        # every body is body_len bytes, and message i's stored properties are pieces[0] + columns[0][i]
+        # + pieces[1] + ... + pieces[-1], stored_len bytes for each message (properties_template =
+        # (pieces, columns, stored_len)). The put path then writes each record from these parts as
+        # they are: no per-message properties bytes, tails or sizes.
+        self.body_len = body_len
+        self.properties_template = properties_template
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -132,11 +144,23 @@ class MessageBatch:
     def is_wait_store_msg_ok(self) -> bool:
         return self.properties.get(MessageConst.PROPERTY_WAIT_STORE_MSG_OK) != "false"
 
+    def stored_properties_bytes(self) -> list[bytes]:
+        """Each message's stored properties, UTF-8 encoded (from whichever form the batch holds)."""
+        if self.properties_bytes is not None:
+            return self.properties_bytes
+        if self.properties_strings is not None:
+            return [ps.encode("utf-8") for ps in self.properties_strings]
+        if self.properties_template is not None:
+            pieces, columns, _len = self.properties_template
+            rows = zip(*columns, strict=True) if columns else repeat((), len(self.bodies))
+            return [b"".join(_interleave(pieces, row)) for row in rows]
+        return []
+
     def to_messages(self) -> list[MessageExtBrokerInner]:
         """The batch as one MessageExtBrokerInner per message (slow paths and wrappers)."""
         strings = self.properties_strings
         if strings is None:
-            strings = [b.decode("utf-8") for b in self.properties_bytes or ()]
+            strings = [b.decode("utf-8") for b in self.stored_properties_bytes()]
         return [
             MessageExtBrokerInner(
                 self.topic, body, self.queue_id, flag, props, ps, 0, self.sys_flag, self.born_timestamp,
@@ -146,6 +170,15 @@ class MessageBatch:
                 self.flags, self.bodies, self.properties_list, strings, strict=True
             )
         ]
+
+
+def _interleave(pieces: tuple[bytes, ...], values: Sequence[bytes]) -> list[bytes]:
+    """pieces[0], values[0], pieces[1], ..., pieces[-1]."""
+    out = [pieces[0]]
+    for value, piece in zip(values, pieces[1:], strict=True):
+        out.append(value)
+        out.append(piece)
+    return out
 
 
 class CommitLog:
@@ -539,6 +572,54 @@ class CommitLog:
                 else:
                     results[ui] = pb_or_bad  # type: ignore[assignment]
                 continue
+            if len(msgs) == 1:
+                # One message with its properties in both forms (a pipelined single send, the common
+                # unit): the loop below without its per-unit bookkeeping, and the hook's answer or the
+                # cached TAGS hash without compute_tags_code's call. Anything else, or any failure, takes
+                # the loop below (which gives the precise answer).
+                m = msgs[0]
+                topic = m.topic
+                ps = m.properties_string
+                props = m.properties
+                body = m.body
+                if ps and props and len(body) <= max_body:
+                    tp = topic_part if topic == last_topic else self._topic_part(topic)
+                    if tp is not None:
+                        topic_part = tp
+                        last_topic = topic
+                        pb = ps.encode("utf-8")
+                        if len(pb) <= MAX_PROPERTIES_LENGTH:
+                            bh = m.born_host
+                            sh = m.store_host
+                            if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
+                                last_hosts = (bh, sh, m.sys_flag)
+                                born_ip = self._host_bytes(bh)
+                                store_ip = self._host_bytes(sh)
+                                sys_flag = m.sys_flag & ~_V6_BITS
+                                if len(born_ip) == 16:
+                                    sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+                                if len(store_ip) == 16:
+                                    sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+                                layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+                            tags_code = hook(topic, props) if hook is not None else None
+                            if tags_code is None:
+                                tags = props.get(_PROP_TAGS)
+                                if tags:
+                                    tags_code = tags_cache.get(tags)
+                                    if tags_code is None:
+                                        tags_code = store.compute_tags_code(topic, props)
+                                else:
+                                    tags_code = 0
+                            m.tags_code = tags_code
+                            tail = topic_part + i16(len(pb)) + pb
+                            size = layout.body_pos + len(body) + len(tail)
+                            if size <= max_total:
+                                crc = m.body_crc if m.body_crc >= 0 else crc32(body) & 0x7FFFFFFF
+                                prepared.append(
+                                    (ui, [(m, size, layout, sys_flag, tail, crc, born_ip, store_ip, tags_code, props)],
+                                     size)
+                                )
+                                continue
             prepared_items: list[tuple[Any, ...]] = []
             add_item = prepared_items.append
             total = 0
@@ -629,14 +710,19 @@ class CommitLog:
         self, batch: MessageBatch, max_body: int, max_total: int
     ) -> _PreparedBatch | PutMessageResult:
         """Pass 1 for a MessageBatch: what _prepare does per message, with everything the messages share
-        (topic, hosts, flags, layout) worked out once."""
+        (topic, hosts, flags, layout) worked out once, column by column with C-level maps (no Python
+        step per message here). A batch of one shape (MessageBatch.properties_template) needs no
+        per-record tails or sizes: all its records have one size."""
         tp = self._topic_part(batch.topic)
         if tp is None:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL, None, f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes"
             )
         bodies = batch.bodies
-        body_total = sum(map(len, bodies))
+        n = len(bodies)
+        template = batch.properties_template
+        uniform = template is not None and batch.body_len >= 0 and 1 < n <= _RECORDS_STRUCT_MAX_RECORDS
+        body_total = n * batch.body_len if uniform else sum(map(len, bodies))
         if body_total > max_body:  # the whole batch (Java's encoder buffer limit)
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
@@ -651,16 +737,25 @@ class CommitLog:
         if len(store_ip) == 16:
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
         layout = _LAYOUTS[sys_flag >> 4 & 0x3]
-        store = self.store
-        topic = batch.topic
-        # Column by column with C-level maps: no Python step per message here.
-        pbs = batch.properties_bytes
-        if pbs is None:
-            pbs = [ps.encode("utf-8") for ps in batch.properties_strings or ()]
-        if len(pbs) != len(bodies) or len(batch.properties_list) != len(bodies) or len(batch.flags) != len(bodies):
+        props_list = batch.properties_list
+        if len(props_list) != n or len(batch.flags) != n:
             raise ValueError("MessageBatch columns differ in length")
-        if max(map(len, pbs)) > MAX_PROPERTIES_LENGTH:
-            over = next(n for n in map(len, pbs) if n > MAX_PROPERTIES_LENGTH)
+        if uniform:
+            pieces, columns, props_len = template  # type: ignore[misc]
+            if any(len(col) != n for col in columns) or len(bodies[0]) != batch.body_len:
+                raise ValueError("MessageBatch columns differ in length")
+            pbs = None
+            over = props_len if props_len > MAX_PROPERTIES_LENGTH else 0
+        else:
+            pbs = batch.stored_properties_bytes()
+            if len(pbs) != n:
+                raise ValueError("MessageBatch columns differ in length")
+            over = max(map(len, pbs))
+            if over > MAX_PROPERTIES_LENGTH:
+                over = next(k for k in map(len, pbs) if k > MAX_PROPERTIES_LENGTH)
+            else:
+                over = 0
+        if over:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 None,
@@ -668,29 +763,42 @@ class CommitLog:
             )
         # store.compute_tags_code per message, column-wise: the hook (the broker's schedule service has
         # one; it answers None outside SCHEDULE_TOPIC_XXXX) once per message, then TAGS' hash.
-        props_list = batch.properties_list
-        tags = list(map(dict.get, props_list, repeat(_PROP_TAGS)))
-        hook = store.tags_code_hook
-        hooked = list(map(hook, repeat(topic), props_list)) if hook is not None else None
-        if hooked is not None and hooked.count(None) != len(hooked):
+        if uniform and _PROP_TAGS not in props_list[0]:
+            tags: list[str | None] = [None] * n  # one shape: every message names the first one's keys
+        else:
+            tags = list(map(dict.get, props_list, repeat(_PROP_TAGS)))
+        hook = self.store.tags_code_hook
+        hooked = list(map(hook, repeat(batch.topic), props_list)) if hook is not None else None
+        if hooked is not None and hooked.count(None) != n:
             tags_codes = [
                 h if h is not None else self._tags_code(t) for h, t in zip(hooked, tags, strict=True)
             ]
-        elif any(tags):
-            tags_codes = list(map(self._tags_code, tags))
+        elif tags.count(None) == n:
+            tags_codes = [0] * n
         else:
-            tags_codes = [0] * len(tags)
-        tails = list(map(b"".join, zip(repeat(tp), map(_I16.pack, map(len, pbs)), pbs)))
-        sizes = list(map(layout.body_pos.__add__, map(operator.add, map(len, bodies), map(len, tails))))
-        total = sum(sizes)
+            tags_codes = list(map(self._tags_code, tags))
         crcs = list(map(operator.and_, map(zlib.crc32, bodies), repeat(0x7FFFFFFF)))
+        if uniform:
+            size = layout.body_pos + batch.body_len + len(tp) + 2 + props_len
+            total = size * n
+            sizes: list[int] | None = None
+            tails: list[bytes] | None = None
+            head = tp + _I16.pack(props_len) + pieces[0]
+        else:
+            size = 0
+            tails = list(map(b"".join, zip(repeat(tp), map(_I16.pack, map(len, pbs)), pbs)))  # type: ignore[arg-type]
+            sizes = list(map(layout.body_pos.__add__, map(operator.add, map(len, bodies), map(len, tails))))
+            total = sum(sizes)
+            head = b""
         if total > max_total:
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 None,
                 f"message(s) of {total} bytes do not fit in a commit log file of {self.mapped_file_size} bytes",
             )
-        return _PreparedBatch(batch, layout, sys_flag, born_ip, store_ip, sizes, tails, crcs, tags_codes, total)
+        return _PreparedBatch(
+            batch, layout, sys_flag, born_ip, store_ip, sizes, tails, crcs, tags_codes, total, size, head
+        )
 
     def _write_batch(
         self, pb: _PreparedBatch, mm: Any, p: int, file_from: int, store_ts: int, add_pending: Any
@@ -717,8 +825,44 @@ class CommitLog:
         s_ip = pb.store_ip
         s_port = batch.store_host[1]
         reconsume = batch.reconsume_times
-        sizes = pb.sizes
         bodies = batch.bodies
+        size = pb.record_size
+        if size:
+            # A batch of one shape: every record from the parts as they are, with one pack_into of a struct
+            # of n records whose per-batch fields (size and magic; sys flag .. body length) are pre-packed
+            # bytes and whose properties are the template's pieces around the wire's value columns.
+            n = len(bodies)
+            pieces, columns, _props_len = batch.properties_template  # type: ignore[misc]
+            base = file_from + p
+            phy_offsets = list(range(base, base + size * n, size))
+            rest = _REST_STRUCTS[sys_flag >> 4 & 0x3].pack(
+                sys_flag, born_ts, b_ip, b_port, store_ts, s_ip, s_port, reconsume, 0, batch.body_len
+            )
+            row: list[Any] = [_SIZE_MAGIC.pack(size, MAGIC_CODE), 0, qid, 0, 0, 0, rest, b"", pb.head]
+            for piece in pieces[1:]:
+                row.append(b"")
+                row.append(piece)
+            f = len(row)
+            flat = row * n
+            flat[1::f] = pb.crcs
+            flat[3::f] = batch.flags
+            flat[4::f] = range(q, q + n) if step else repeat(0, n)
+            flat[5::f] = phy_offsets
+            flat[7::f] = bodies
+            for k, col in enumerate(columns):
+                flat[9 + 2 * k :: f] = col
+            _template_struct(len(rest), batch.body_len, pb.head, pieces, columns, n).pack_into(mm, p, *flat)
+            p += size * n
+            q += step * n
+            if step:
+                table[key] = q
+            batch.store_timestamp = store_ts
+            add_pending(
+                (base, file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, [size] * n,
+                 pb.tags_codes, batch.properties_list, RUN_MARK)
+            )
+            return p, first_qo, phy_offsets
+        sizes = pb.sizes
         tails = pb.tails
         n = len(sizes)
         phy_offsets = list(accumulate(sizes, initial=file_from + p))
@@ -1008,9 +1152,14 @@ class CommitLog:
 
 
 class _PreparedBatch:
-    """A MessageBatch after pass 1: per-record sizes, topic+properties tails, body CRCs and tags codes."""
+    """A MessageBatch after pass 1: per-record sizes, topic+properties tails, body CRCs and tags codes; or,
+    for a batch of one shape, the one record size and the bytes before its first value column (topic,
+    properties length, first piece) instead of sizes and tails."""
 
-    __slots__ = ("batch", "layout", "sys_flag", "born_ip", "store_ip", "sizes", "tails", "crcs", "tags_codes", "total")
+    __slots__ = (
+        "batch", "layout", "sys_flag", "born_ip", "store_ip", "sizes", "tails", "crcs", "tags_codes", "total",
+        "record_size", "head",
+    )
 
     def __init__(
         self,
@@ -1024,6 +1173,8 @@ class _PreparedBatch:
         crcs: list[int],
         tags_codes: list[int],
         total: int,
+        record_size: int = 0,
+        head: bytes = b"",
     ) -> None:
         self.batch = batch
         self.layout = layout
@@ -1035,6 +1186,8 @@ class _PreparedBatch:
         self.crcs = crcs
         self.tags_codes = tags_codes
         self.total = total
+        self.record_size = record_size
+        self.head = head
 
 
 _RECORDS_STRUCTS: dict[tuple[str, int, int, int], struct.Struct] = {}
@@ -1053,6 +1206,31 @@ def _records_struct(header_format: str, body_len: int, tail_len: int, n: int) ->
         st = _RECORDS_STRUCTS[key] = struct.Struct(
             header_format[0] + f"{header_format[1:]}{body_len}s{tail_len}s" * n
         )
+    return st
+
+
+# Per layout: SYSFLAG .. BODYLEN, the header fields after PHYSICALOFFSET (per batch in _write_batch).
+_REST_STRUCTS = tuple(struct.Struct(">" + layout.header.format[len(">iIiiiqq"):]) for layout in _LAYOUTS)
+assert all(
+    st.size == layout.body_pos - RecordLayout.SYS_FLAG_POS for st, layout in zip(_REST_STRUCTS, _LAYOUTS, strict=True)
+)
+_TEMPLATE_STRUCTS: dict[tuple[Any, ...], struct.Struct] = {}
+
+
+def _template_struct(
+    rest_len: int, body_len: int, head: bytes, pieces: tuple[bytes, ...], columns: list[list[bytes]], n: int
+) -> struct.Struct:
+    """n records of a batch of one shape (see _write_batch) as one struct (a bounded cache: batches of one
+    producer repeat the same shape)."""
+    key = (rest_len, body_len, len(head), tuple(map(len, pieces)), tuple(len(col[0]) for col in columns), n)
+    st = _TEMPLATE_STRUCTS.get(key)
+    if st is None:
+        if len(_TEMPLATE_STRUCTS) >= 16:
+            _TEMPLATE_STRUCTS.clear()
+        one = f"8siiiqq{rest_len}s{body_len}s{len(head)}s" + "".join(
+            f"{len(col[0])}s{len(piece)}s" for col, piece in zip(columns, pieces[1:], strict=True)
+        )
+        st = _TEMPLATE_STRUCTS[key] = struct.Struct(">" + one * n)
     return st
 
 

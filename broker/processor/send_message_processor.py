@@ -28,6 +28,7 @@ import structlog
 
 from broker import mix_all
 from broker.mix_all import TopicSysFlag
+from broker.processor.batch_template import decode_uniform_batch
 from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
 from broker.topic import topic_validator as tv
 from remoting.body import TopicConfig
@@ -37,7 +38,7 @@ from remoting.connection import RequestContext, groupable, inline_first_step
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
-    decode_send_header_v2,
+    send_header_v2_of,
 )
 from remoting.message import (
     MAX_PROPERTIES_LENGTH,
@@ -106,6 +107,50 @@ def _is_v6(host: str) -> bool:
     return ":" in host
 
 
+# Bound once: enum members and class attributes cost a lookup each per request.
+_SEND_MESSAGE = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
+_CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
+_SUCCESS = int(ResponseCode.SUCCESS)
+_JAVA = LanguageCode.JAVA
+_PERM_WRITE = PermName.PERM_WRITE
+_RETRY_PREFIX = mix_all.RETRY_GROUP_TOPIC_PREFIX
+_NO_BORN_HOST = ("127.0.0.1", 0)  # MessageExtBrokerInner's default, for a send without a connection
+_VALID_TOPICS_MAX = 65536  # bound of SendMessageProcessor._valid_topics (cleared when full)
+# str(queue id) of the usual queue ids, for the answers.
+_QUEUE_ID_STR_N = 256
+_QUEUE_ID_STR = tuple(str(q) for q in range(_QUEUE_ID_STR_N))
+
+
+def _accepting(bc: Any) -> bool:
+    """msg_check's broker-wide conditions: past startAcceptSendRequestTimeStamp, and writeable."""
+    if bc.startAcceptSendRequestTimeStamp and now_ms() < bc.startAcceptSendRequestTimeStamp:
+        return False
+    return PermName.is_writeable(bc.brokerPermission)
+
+
+class _RunState:
+    """What the single sends of one run (one connection's pipelined requests) share, worked out once:
+    msg_check's broker-wide verdict, hosts and their sys-flag bits, the CLUSTER item, and whether
+    handle_retry_and_dlq is this class's own (then it only matters for %RETRY% topics)."""
+
+    __slots__ = ("accept", "born_host", "store_host", "host_flags", "cluster", "cluster_item", "reject_tran",
+                 "plain_retry")
+
+    def __init__(
+        self, accept: bool, born_host: tuple[str, int], store_host: tuple[str, int], host_flags: int,
+        cluster: str, cluster_item: str, reject_tran: bool, plain_retry: bool,
+    ) -> None:
+        self.accept = accept
+        self.born_host = born_host
+        self.store_host = store_host
+        self.host_flags = host_flags
+        self.cluster = cluster
+        self.cluster_item = cluster_item
+        self.reject_tran = reject_tran
+        self.plain_retry = plain_retry
+
+
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
@@ -120,6 +165,9 @@ class SendMessageProcessor:
         self._store_cfg = controller.broker_config.store_config
         self._page_cache_busy: Callable[[], bool] | None = None
         self._born_hosts: dict[str, tuple[str, int]] = {}
+        # Topic names that passed validate_topic and is_not_allowed_send_topic (pure functions of the
+        # name): with many topics a run seldom repeats one, so the regex would run per send.
+        self._valid_topics: set[str] = set()
 
     def add_message_transformer(self, fn: MessageTransformer) -> None:
         self.message_transformers.append(fn)
@@ -139,7 +187,7 @@ class SendMessageProcessor:
                 header = decode_header(SendMessageRequestHeader, cmd)
             else:
                 try:
-                    header = decode_send_header_v2(cmd.ext_fields)
+                    header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
                 except ValueError as e:
                     return reply(ResponseCode.INVALID_PARAMETER, str(e))
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
@@ -163,35 +211,51 @@ class SendMessageProcessor:
         busy = self._flow_control(ctx)
         units: list[Sequence[MessageExtBrokerInner] | MessageBatch] = []
         slots: list[tuple[int, int, int, int]] = []  # (request index, queue id, body bytes, batch size)
-        checked: dict[str, TopicConfig] = {}  # topics that passed msg_check in this run
+        run = self._run_state(ctx)
+        # msg_check's outcome for a send whose topic config exists and passes every check is "that
+        # config": the checks are inlined below (dict lookups and compares, no call) and only a send that
+        # fails one of them, or whose topic is new, goes through msg_check for the precise answer. No
+        # config is kept across sends, so a topic changed meanwhile is seen at once.
+        topics = self.c.topic_config_manager.topic_config_table
+        valid = self._valid_topics
+        max_size = self._store_cfg.maxMessageSize
+        accept = run.accept
+        transformers = self.message_transformers
         for i, cmd in enumerate(cmds):
             code = cmd.code
             try:
-                if code == RequestCode.CONSUMER_SEND_MSG_BACK:
+                if code == _CONSUMER_SEND_MSG_BACK:
                     if units:  # keep arrival order: what came before is stored first
                         await self._put_units(put_many, units, slots, out)
                         units, slots = [], []
                     out[i] = await self.consumer_send_msg_back(ctx, cmd)
-                    checked.clear()
                     continue
                 if busy is not None:
                     out[i] = reply(busy.code, busy.remark)
                     continue
-                if code == RequestCode.SEND_MESSAGE:
+                if code == _SEND_MESSAGE:
                     header = decode_header(SendMessageRequestHeader, cmd)
                 else:
                     try:
-                        header = decode_send_header_v2(cmd.ext_fields)
+                        header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
                     except ValueError as e:
                         out[i] = reply(ResponseCode.INVALID_PARAMETER, str(e))
                         continue
-                tc = checked.get(header.topic)
-                if tc is None:
+                topic = header.topic
+                tc = topics.get(topic)
+                body = cmd.body
+                ps = header.properties
+                if (
+                    tc is None
+                    or not accept
+                    or topic not in valid
+                    or not tc.perm & _PERM_WRITE
+                    or (header.queue_id >= tc.write_queue_nums and header.queue_id >= tc.read_queue_nums)
+                    or (body is not None and len(body) > max_size)
+                    or (ps is not None and len(ps) * 4 > MAX_PROPERTIES_LENGTH)
+                ):
                     tc = self.msg_check(ctx, cmd, header)
-                    checked[header.topic] = tc
-                else:
-                    self._msg_check_per_request(cmd, header, tc)
-                if code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
+                if code == _SEND_BATCH_MESSAGE or header.batch:
                     batch = self._build_batch(ctx, cmd, header, tc)
                     if type(batch) is RemotingCommand:
                         out[i] = batch
@@ -200,19 +264,22 @@ class SendMessageProcessor:
                     units.append(msgs)
                     slots.append((i, queue_id, total_body, len(msgs)))
                     continue
-                built = self._build_message(ctx, cmd, header, tc)
+                built = self._build_message(ctx, cmd, header, tc, run)
                 if type(built) is RemotingCommand:
                     out[i] = built
                     continue
                 msg, queue_id = built  # type: ignore[misc]
-                stop = self._transform(msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id))
-                if stop is not None:
-                    if type(stop) is not RemotingCommand:
-                        stop = await stop  # type: ignore[misc]
-                        checked.clear()  # configs may have changed while we waited
+                if transformers:
+                    stop = self._transform(
+                        msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id)
+                    )
                     if stop is not None:
-                        out[i] = stop  # type: ignore[assignment]
-                        continue
+                        if type(stop) is not RemotingCommand:
+                            stop = await stop  # type: ignore[misc]
+                            accept = run.accept = _accepting(self.c.broker_config)  # time passed while we waited
+                        if stop is not None:
+                            out[i] = stop  # type: ignore[assignment]
+                            continue
                 units.append((msg,))
                 slots.append((i, queue_id, len(msg.body), 0))
             except BadRequest as e:
@@ -232,8 +299,68 @@ class SendMessageProcessor:
     ) -> None:
         results = await put_many(units)
         handle = self.handle_put_message_result
+        if getattr(handle, "__func__", None) is not SendMessageProcessor.handle_put_message_result:
+            # A feature overrides the answer: every result goes through it.
+            for (i, queue_id, body_size, batch), msgs, result in zip(slots, units, results, strict=True):
+                out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
+            return
+        # handle_put_message_result for the stored single sends, inlined: their stats are counted once per
+        # topic of the run, and each answer is its header dict and one command.
+        bc = self.c.broker_config
+        region = bc.regionId
+        trace = "true" if bc.traceOn else "false"
+        counts: dict[str, list[int]] = {}
         for (i, queue_id, body_size, batch), msgs, result in zip(slots, units, results, strict=True):
-            out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
+            if (
+                batch
+                or result is None
+                or result.status is not _PUT_OK
+                or (ar := result.append_result) is None
+            ):
+                out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
+                continue
+            msg = msgs[0]  # type: ignore[index]
+            c = counts.get(msg.topic)  # type: ignore[union-attr]
+            if c is None:
+                counts[msg.topic] = [ar.msg_num or 1, ar.wrote_bytes]  # type: ignore[union-attr]
+            else:
+                c[0] += ar.msg_num or 1
+                c[1] += ar.wrote_bytes
+            uniq = msg.properties.get(_PROP_UNIQ)  # type: ignore[union-attr]
+            qid = _QUEUE_ID_STR[queue_id] if 0 <= queue_id < _QUEUE_ID_STR_N else str(queue_id)
+            # SendMessageResponseHeader's wire form plus _response_ext (as handle_put_message_result).
+            if uniq is None:
+                ext = {
+                    "msgId": ar.msg_id, "queueId": qid, "queueOffset": str(ar.logics_offset),
+                    _PROP_MSG_REGION: region, _PROP_TRACE_SWITCH: trace,
+                }
+            else:
+                ext = {
+                    "msgId": ar.msg_id, "queueId": qid, "queueOffset": str(ar.logics_offset),
+                    "transactionId": uniq, _PROP_MSG_REGION: region, _PROP_TRACE_SWITCH: trace,
+                }
+            out[i] = RemotingCommand(_SUCCESS, 0, 0, None, ext, None, _JAVA)
+        if counts:
+            inc_put = self.c.broker_stats.inc_put
+            for topic, (n, size) in counts.items():
+                inc_put(topic, n, size)
+
+    def _run_state(self, ctx: RequestContext | None) -> _RunState:
+        bc = self.c.broker_config
+        born = self._born_host(ctx.remote_addr) if ctx is not None else _NO_BORN_HOST
+        store = self.c.store_host
+        host_flags = 0
+        if _is_v6(born[0]):
+            host_flags |= MessageSysFlag.BORNHOST_V6_FLAG
+        if _is_v6(store[0]):
+            host_flags |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        cluster = bc.brokerClusterName
+        retry = self.handle_retry_and_dlq
+        return _RunState(
+            _accepting(bc), born, store, host_flags, cluster, _PROP_CLUSTER_ITEM + cluster,
+            bc.rejectTransactionMessage,
+            getattr(retry, "__func__", None) is SendMessageProcessor.handle_retry_and_dlq,
+        )
 
     def _flow_control(self, ctx: RequestContext) -> RemotingCommand | None:
         bc = self.c.broker_config
@@ -271,11 +398,16 @@ class SendMessageProcessor:
                                    f"{bc.startAcceptSendRequestTimeStamp}"))
         if not PermName.is_writeable(bc.brokerPermission):
             raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"the broker[{bc.brokerIP1}] sending message is forbidden"))
-        bad = tv.validate_topic(topic)
-        if bad is not None:
-            raise BadRequest(reply(ResponseCode.INVALID_PARAMETER, bad))
-        if tv.is_not_allowed_send_topic(topic):
-            raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."))
+        valid = self._valid_topics
+        if topic not in valid:
+            bad = tv.validate_topic(topic)
+            if bad is not None:
+                raise BadRequest(reply(ResponseCode.INVALID_PARAMETER, bad))
+            if tv.is_not_allowed_send_topic(topic):
+                raise BadRequest(reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."))
+            if len(valid) >= _VALID_TOPICS_MAX:
+                valid.clear()
+            valid.add(topic)
         self._check_sizes(cmd, header)
 
         tc = tcm.select_topic_config(topic)
@@ -422,36 +554,79 @@ class SendMessageProcessor:
     # ------------------------------------------------------------------ single send
 
     def _build_message(
-        self, ctx: RequestContext, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig
+        self, ctx: RequestContext | None, cmd: RemotingCommand, header: SendMessageRequestHeader, tc: TopicConfig,
+        run: _RunState | None = None,
     ) -> tuple[MessageExtBrokerInner, int] | RemotingCommand:
         """The MessageExtBrokerInner a checked single send stores (before the transformers), and the queue
-        id its answer names; or the answer refusing it."""
-        queue_id = self._choose_queue(header, tc)
+        id its answer names; or the answer refusing it. `run`: what the sends of the run share."""
+        if run is None:
+            run = self._run_state(ctx)
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = self._choose_queue(header, tc)
         raw = header.properties
-        props, canonical = _decode_properties(raw)
+        # Properties as every client writes them (canonical: each item one non-empty name\x01value, no
+        # name twice) split with C-level calls; anything else through decode_properties (not reusable).
+        props: dict[str, str] | None = None
+        if raw and raw.startswith(_WAIT_TRUE_UNIQ) and (uniq := raw[_WAIT_TRUE_UNIQ_LEN:]).isalnum():
+            # What a producer sends for a message without tags, keys or user properties (WAIT first,
+            # then its new UNIQ_KEY; an alphanumeric id holds no separator): canonical by construction.
+            props = {_PROP_WAIT: "true", _PROP_UNIQ: uniq}
+            canonical = True
+        elif raw:
+            items = raw.split(_SEP)
+            try:
+                props = dict(map(_SPLIT_ITEM, items))
+            except ValueError:  # an item without exactly one \x01
+                props = None
+            else:
+                if len(props) != len(items) or "" in props or "" in props.values():
+                    props = None
+            canonical = props is not None
+            if props is None:
+                props = decode_properties(raw)
+        else:
+            props = {}
+            canonical = True
         n_props = len(props)
-        msg = MessageExtBrokerInner(topic=header.topic, queue_id=queue_id, properties=props)
-        self.handle_retry_and_dlq(header, cmd, msg, tc)
-        msg.body = cmd.body_bytes()
-        msg.flag = header.flag
-        msg.born_timestamp = header.born_timestamp
-        msg.reconsume_times = header.reconsume_times or 0
-        self._set_hosts(msg, ctx)
-        props = msg.properties
-        cluster = self.c.broker_config.brokerClusterName
+        topic = header.topic
+        body = cmd.body
+        if body.__class__ is not bytes:
+            body = b"" if body is None else bytes(body)
+        # Positional: topic, body, queue_id, flag, properties, properties_string, tags_code, sys_flag,
+        # born_timestamp, born_host, store_host, reconsume_times.
+        msg = MessageExtBrokerInner(
+            topic, body, queue_id, header.flag, props, "", 0, 0, header.born_timestamp, run.born_host,
+            run.store_host, header.reconsume_times or 0,
+        )
+        if run.plain_retry and not topic.startswith(_RETRY_PREFIX):
+            # handle_retry_and_dlq of a send to a plain topic: only the sys flag.
+            sys_flag = header.sys_flag
+            if tc.topic_filter_type == MULTI_TAG:
+                sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
+            msg.sys_flag = sys_flag | run.host_flags
+        else:
+            self.handle_retry_and_dlq(header, cmd, msg, tc)
+            msg.sys_flag |= run.host_flags
+            props = msg.properties
+        cluster = run.cluster
         # WAIT is for the broker only: it stays in the dict (the store reads it), not in the stored bytes.
         if canonical and raw and len(props) == n_props and _PROP_CLUSTER not in props:
-            # The dict is still what the wire string says: reuse the string instead of re-encoding.
-            msg.properties_string = _stored_properties(raw, props, _PROP_CLUSTER_ITEM + cluster)
+            # The dict is still what the wire string says: reuse the string instead of re-encoding
+            # (_stored_properties, with its usual case -- WAIT first, as clients write it -- inline).
+            if raw.startswith(_WAIT_ITEM):
+                cut = raw.find(_SEP)
+                msg.properties_string = run.cluster_item if cut < 0 else f"{raw[cut + 1:]}{_SEP}{run.cluster_item}"
+            else:
+                msg.properties_string = _stored_properties(raw, props, run.cluster_item)
             props[_PROP_CLUSTER] = cluster
         else:
             props[_PROP_CLUSTER] = cluster
             msg.properties_string = _encode_without_wait(props)
-        msg.tags_code = tags_code_of(props.get(MessageConst.PROPERTY_TAGS))
-        if (
-            self.c.broker_config.rejectTransactionMessage
-            and props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true"
-        ):
+        tags = props.get(_PROP_TAGS)
+        if tags:
+            msg.tags_code = java_string_hash(tags)
+        if run.reject_tran and props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
             return reply(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.c.broker_config.brokerIP1}] sending transaction message is forbidden",
@@ -486,10 +661,19 @@ class SendMessageProcessor:
         if header.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
             return reply(ResponseCode.MESSAGE_ILLEGAL, "retry topics are not supported for batch sends")
         queue_id = self._choose_queue(header, tc)
-        batch_props = decode_properties(header.properties)
-        batch_props.pop(_PROP_WAIT, None)
-        batch_props[_PROP_CLUSTER] = self.c.broker_config.brokerClusterName
-        batch_str = encode_properties(batch_props)
+        # The batch's own items (a producer sends the same header properties every time): decoded and
+        # encoded once per (properties, cluster); the dict is only read from here on.
+        cluster = self.c.broker_config.brokerClusterName
+        cache_key = (header.properties, cluster)
+        cached = _BATCH_PROPS_CACHE.get(cache_key)
+        if cached is None:
+            batch_props = decode_properties(header.properties)
+            batch_props.pop(_PROP_WAIT, None)
+            batch_props[_PROP_CLUSTER] = cluster
+            if len(_BATCH_PROPS_CACHE) >= 256:
+                _BATCH_PROPS_CACHE.clear()
+            cached = _BATCH_PROPS_CACHE[cache_key] = (batch_props, encode_properties(batch_props).encode("utf-8"))
+        batch_props, batch_b = cached
         sys_flag = header.sys_flag
         if tc.topic_filter_type == MULTI_TAG:
             sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
@@ -505,11 +689,24 @@ class SendMessageProcessor:
             data = bytes(data)
         if not data:
             raise BadRequest(reply(ResponseCode.MESSAGE_ILLEGAL, "bad batch body: no message in it"))
+        uniform = decode_uniform_batch(data, batch_props, batch_b)
+        if uniform is not None:
+            # One shape (every client's batch): columns straight from one struct, stored as a template.
+            flags, bodies, body_len, props_list, pieces, columns, stored_len = uniform
+            if stored_len > MAX_PROPERTIES_LENGTH:
+                return reply(
+                    ResponseCode.MESSAGE_ILLEGAL, "the properties of a message in the batch exceed 32767 bytes"
+                )
+            batch = MessageBatch(
+                header.topic, queue_id, sys_flag, header.born_timestamp, born_host, store_host,
+                header.reconsume_times or 0, flags, bodies, props_list, None, None,
+                body_len=body_len, properties_template=(pieces, columns, stored_len),
+            )
+            return batch, queue_id, body_len * len(bodies)
         cols = _uniform_columns(data)
         if cols is None:
             cols = _walk_batch(data)
         flags, bodies, raws = cols
-        batch_b = batch_str.encode("utf-8")
         built = _columnar_properties(raws, batch_props, batch_b)
         if built is None:
             built = _per_message_properties(raws, batch_props, batch_b)
@@ -682,6 +879,11 @@ _PROP_MSG_REGION = MessageConst.PROPERTY_MSG_REGION
 _PROP_TRACE_SWITCH = MessageConst.PROPERTY_TRACE_SWITCH
 _PROP_CLUSTER = MessageConst.PROPERTY_CLUSTER
 _PROP_CLUSTER_ITEM = _PROP_CLUSTER + NAME_VALUE_SEPARATOR
+_PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_WAIT_TRUE_UNIQ = f"{_PROP_WAIT}{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}{_PROP_UNIQ}{NAME_VALUE_SEPARATOR}"
+_WAIT_TRUE_UNIQ_LEN = len(_WAIT_TRUE_UNIQ)
+_PROP_TAGS = MessageConst.PROPERTY_TAGS
+_PUT_OK = PutMessageStatus.PUT_OK
 _WAIT_ITEM = _PROP_WAIT + NAME_VALUE_SEPARATOR
 _SEP_WAIT_ITEM = PROPERTY_SEPARATOR + _WAIT_ITEM
 
@@ -697,6 +899,7 @@ _ITEM_SEPS = _NV_B + _SEP_B
 _SPLIT_ITEM = operator.methodcaller("split", NAME_VALUE_SEPARATOR)
 
 
+_BATCH_PROPS_CACHE: dict[tuple[str | None, str], tuple[dict[str, str], bytes]] = {}
 _UNIFORM_CACHE: dict[tuple[int, int, int], struct.Struct] = {}
 _UNIFORM_CACHE_MAX = 16
 # Batches of more messages take the walk: a struct's size grows with its field count (~0.25 MB at this cap).

@@ -161,10 +161,12 @@ _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 class _HeaderFixed:
     """The SEND_MESSAGE_V2 header fields shared by the sends of one (topic, queue, flags) key, as wire
-    strings, and the msgpack map of all of them but g (bornTimestamp) and i (properties), ending with
-    g's key: a send appends g's value, i's key and i's value (map order does not matter)."""
+    strings, and their msgpack map in two pieces: `head` (the map's header, then g's key) and `tail`
+    (every entry but g (bornTimestamp) and i (properties)). A send's map is head, g's value, i's key,
+    i's value, tail: the per-message entries first, so that the broker's frame decoder finds the
+    constant tail as one byte string it has seen before (codec.SendFixed)."""
 
-    __slots__ = ("a", "c", "d", "e", "f", "h", "j", "k", "m", "max_reconsume", "packed")
+    __slots__ = ("a", "c", "d", "e", "f", "h", "j", "k", "m", "max_reconsume", "head", "tail")
 
     def __init__(self, fields: dict[str, str]) -> None:
         # fields: every short name but g and i ("l" only when maxReconsumeTimes is set).
@@ -172,9 +174,9 @@ class _HeaderFixed:
         self.e, self.f, self.h = fields["e"], fields["f"], fields["h"]
         self.j, self.k, self.m = fields["j"], fields["k"], fields["m"]
         self.max_reconsume = fields.get("l")
-        packed = _PACK(fields)
-        # Re-head the map with the full count (fixmap: 0x80 | n, n <= 15) and end it with g's key.
-        self.packed = bytes((0x80 | (len(fields) + 2),)) + packed[1:] + _PACKED_G
+        # The map's header with the full count (fixmap: 0x80 | n, n <= 15), then g's key; the entries.
+        self.head = bytes((0x80 | (len(fields) + 2),)) + _PACKED_G
+        self.tail = _PACK(fields)[1:]
 
 
 def _now_ms() -> float:
@@ -844,7 +846,7 @@ class Producer:
             return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body)
         cmd = RemotingCommand(code, 0, 0, None, ext, prepared.body)
         if packed:
-            cmd.packed_ext = fixed.packed + _PACK(born) + _PACKED_I + _PACK(prepared.properties)
+            cmd.packed_ext = b"".join((fixed.head, _PACK(born), _PACKED_I, _PACK(prepared.properties), fixed.tail))
         return cmd
 
     def _packed_request(self, prepared: _Prepared, mq: MessageQueue) -> tuple[int, tuple[bytes, ...]]:
@@ -852,7 +854,9 @@ class Producer:
         what RemotingConnection.invoke_entry_packed takes, without the command and its dict."""
         batch = prepared.batch
         fixed = self._fixed_for(prepared, mq)
-        return (_SEND_BATCH if batch else _SEND_V2), (fixed.packed, _PACK(str(time.time_ns() // 1_000_000)), _PACKED_I, _PACK(prepared.properties))
+        return (_SEND_BATCH if batch else _SEND_V2), (
+            fixed.head, _PACK(str(time.time_ns() // 1_000_000)), _PACKED_I, _PACK(prepared.properties), fixed.tail
+        )
 
     def _fixed_for(self, prepared: _Prepared, mq: MessageQueue) -> _HeaderFixed:
         """The cached per-(topic, queue, flags) part of a send header."""

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from broker.processor.batch_template import decode_uniform_batch
 from broker.processor.common import BadRequest
 from broker.processor.send_message_processor import (
     _batch_item_slow,
@@ -138,3 +139,75 @@ def test_slow_item_keeps_the_messages_own_value() -> None:
     props, stored = _batch_item_slow(b"CLUSTER\x01mine\x02WAIT\x01true\x02a\x01b", {"CLUSTER": "C", "Z": "z"})
     assert props == {"CLUSTER": "mine", "WAIT": "true", "a": "b", "Z": "z"}
     assert stored == b"CLUSTER\x01mine\x02a\x01b\x02Z\x01z"
+
+
+def _assembled(pieces: tuple[bytes, ...], columns: list[list[bytes]], i: int) -> bytes:
+    out = [pieces[0]]
+    for col, piece in zip(columns, pieces[1:], strict=True):
+        out += [col[i], piece]
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("batch_props", [{"CLUSTER": "C"}, {"CLUSTER": "C", "X": "y"}, {"CLUSTER": "C", "TAGS": "bt"}])
+def test_uniform_batch_template_matches_the_reference(batch_props: dict[str, str]) -> None:
+    """decode_uniform_batch (one struct for a batch of one shape, stored properties as pieces around the
+    value columns) gives what the message-by-message reference gives, or refuses."""
+    rnd = random.Random(5)
+    names = ["WAIT", "UNIQ_KEY", "TAGS", "KEYS", "CLUSTER", "X", "é", ""]
+    batch_b = encode_properties(batch_props).encode()
+    hits = 0
+    for _ in range(3000):
+        n = rnd.randint(1, 7)
+        shape = rnd.sample(names[:7], rnd.randint(1, 4))
+        widths = {k: rnd.randint(1, 4) for k in shape}
+        # Per item: one value throughout, or values of one byte length (ASCII, or two-byte characters).
+        kinds = {k: rnd.choice([["true"], ["é", "ü"], ["t", "a", "z"]]) for k in shape}
+        body_len = rnd.randint(0, 20)
+        msgs: list[tuple[int, bytes, bytes]] = []
+        for _ in range(n):
+            items = []
+            for k in shape:
+                v = "".join(rnd.choice(kinds[k]) for _ in range(widths[k]))
+                if rnd.random() < 0.03:
+                    v = v[:-1] + rnd.choice(["\x01", "\x02", "\x00"])  # a separator (or NUL) in a value
+                items.append((k, v))
+            raw = "\x02".join(f"{k}\x01{v}" for k, v in items).encode()
+            if rnd.random() < 0.03:
+                raw = raw[:-1] + b"\xff"  # invalid UTF-8, same length
+            if rnd.random() < 0.03:
+                raw = raw.replace(b"\x01", b"\x02", 1)  # an item without a name-value separator
+            msgs.append((rnd.randint(-2, 2), bytes(rnd.getrandbits(8) for _ in range(body_len)), raw))
+        data = wire(msgs)
+        got = decode_uniform_batch(data, batch_props, batch_b)
+        if got is None:
+            continue
+        hits += 1
+        flags, bodies, blen, props_list, pieces, columns, stored_len = got
+        assert flags == [f for f, _, _ in msgs] and bodies == [b for _, b, _ in msgs] and blen == body_len
+        want = [reference(p, batch_props) for _, _, p in msgs]
+        assert props_list == [p for p, _ in want], msgs
+        stored = [_assembled(pieces, columns, i) for i in range(len(msgs))]
+        assert stored == [s for _, s in want], msgs
+        assert {len(s) for s in stored} == {stored_len}
+    assert hits > 500  # the common shapes take the template
+
+
+def test_uniform_batch_template_refuses_other_shapes() -> None:
+    batch, batch_b = {"CLUSTER": "C"}, b"CLUSTER\x01C"
+    one = wire([(0, b"abc", b"WAIT\x01true\x02UNIQ_KEY\x01u1")] * 3)
+    assert decode_uniform_batch(one, batch, batch_b) is not None
+    assert decode_uniform_batch(wire([(0, b"abc", b"WAIT\x01true")]), batch, batch_b) is None  # one message
+    # Same sizes, items in another order (or another name) in the second message.
+    swapped = wire([(0, b"abc", b"A\x01x\x02B\x01y"), (0, b"abc", b"B\x01y\x02A\x01x")])
+    assert decode_uniform_batch(swapped, batch, batch_b) is None
+    other = wire([(0, b"abc", b"A\x01x\x02B\x01y"), (0, b"abc", b"A\x01x\x02C\x01y")])
+    assert decode_uniform_batch(other, batch, batch_b) is None
+    # A value that moves the separator (same length, same separator count).
+    moved = wire([(0, b"abc", b"A\x01xy\x02B\x01z"), (0, b"abc", b"A\x01x\x02B\x01yz")])
+    assert decode_uniform_batch(moved, batch, batch_b) is None
+    # A name the batch sets too: the message's own value must win (the general path).
+    assert decode_uniform_batch(wire([(0, b"a", b"CLUSTER\x01m")] * 2), batch, batch_b) is None
+    # Lying sizes in a later message.
+    bad = bytearray(one)
+    struct.pack_into(">i", bad, len(one) // 3 + 16, 2)  # the second message's body length
+    assert decode_uniform_batch(bytes(bad), batch, batch_b) is None

@@ -207,3 +207,95 @@ async def test_a_batch_past_the_one_struct_cap_goes_record_by_record(
         f"F{i:08X}" for i in range(1090, 1100)]
     now = int(time.time() * 1000)
     assert len(store.query_message("TopicTest", "F0000044B", 4, 0, now + 1000).message_buffers) == 1
+
+
+def template_batch(n: int, queue_id: int = 0, sys_flag: int = 0, tags: str | None = None) -> MessageBatch:
+    """uniform_batch(n) as a batch send of one shape arrives: stored properties as pieces around the
+    UNIQ_KEY column (MessageBatch.properties_template), bodies of one length."""
+    plain = uniform_batch(n, queue_id=queue_id, tags=tags)
+    columns = [[p["UNIQ_KEY"].encode() for p in plain.properties_list]]
+    pieces = (b"UNIQ_KEY\x01", b"\x02CLUSTER\x01c" + (f"\x02TAGS\x01{tags}".encode() if tags else b""))
+    stored_len = len(pieces[0]) + len(columns[0][0]) + len(pieces[1])
+    return MessageBatch(
+        "TopicTest", queue_id, sys_flag, BORN_TS, BORN_HOST, STORE_HOST, 0, plain.flags, plain.bodies,
+        plain.properties_list, None, None, body_len=40, properties_template=(pieces, columns, stored_len),
+    )
+
+
+async def test_template_batch_stores_what_the_bytes_batch_stores(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    store = make_store()
+    await store.start()
+    tb = template_batch(7)
+    assert tb.stored_properties_bytes() == uniform_batch(7).properties_bytes
+    rt, rb = await store.put_many([tb, uniform_batch(7, queue_id=1)])
+    assert rt.status == rb.status == PutMessageStatus.PUT_OK
+    assert rt.append_result is not None and rb.append_result is not None
+    assert rt.append_result.wrote_bytes == rb.append_result.wrote_bytes
+    assert len(rt.append_result.msg_ids) == 7
+    assert await store.wait_dispatched(5)
+    got_t = store.get_message("g", "TopicTest", 0, 0, 7)
+    got_b = store.get_message("g", "TopicTest", 1, 0, 7)
+    assert got_t.message_count == got_b.message_count == 7
+    for i, (xt, xb) in enumerate(zip(got_t.message_buffers, got_b.message_buffers, strict=True)):
+        t = decode_message(bytes(xt))[0]
+        b = decode_message(bytes(xb))[0]
+        assert (t.body, t.properties, t.flag, t.body_crc, t.sys_flag, t.born_timestamp, t.born_host, t.store_host,
+                t.store_timestamp, t.reconsume_times, t.store_size) == (
+            b.body, b.properties, b.flag, b.body_crc, b.sys_flag, b.born_timestamp, b.born_host, b.store_host,
+            b.store_timestamp, b.reconsume_times, b.store_size)
+        assert (t.queue_id, t.queue_offset, t.commit_log_offset) == (0, i, rt.append_result.phy_offsets[i])
+        # Byte for byte, apart from QUEUEID (12..16) and PHYSICALOFFSET (28..36).
+        assert bytes(xt)[:12] + bytes(xt)[16:28] + bytes(xt)[36:] == bytes(xb)[:12] + bytes(xb)[16:28] + bytes(xb)[36:]
+    now = int(time.time() * 1000)
+    assert len(store.query_message("TopicTest", "F00000006", 32, 0, now + 1000).message_buffers) == 2
+    msgs = tb.to_messages()
+    assert [m.properties_string for m in msgs] == [p.decode() for p in uniform_batch(7).properties_bytes or ()]
+    # A prepared (transactional half) batch of one shape takes no queue slots, as the bytes path.
+    half = template_batch(3, queue_id=2, sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE)
+    (rh,) = await store.put_many([half])
+    assert rh.status == PutMessageStatus.PUT_OK and rh.append_result is not None
+    assert rh.append_result.logics_offset == 0
+    assert await store.wait_dispatched(5)
+    assert store.get_max_offset_in_queue("TopicTest", 2) == 0
+
+
+async def test_template_batch_tags_codes(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    tb = template_batch(4, tags="tg")
+    assert tb.stored_properties_bytes() == uniform_batch(4, tags="tg").properties_bytes
+    (r,) = await store.put_many([tb])
+    assert r.status == PutMessageStatus.PUT_OK
+    (r2,) = await store.put_many([template_batch(3, queue_id=1)])
+    assert r2.status == PutMessageStatus.PUT_OK
+    assert await store.wait_dispatched(5)
+    cq = store.find_consume_queue("TopicTest", 0)
+    assert [cq.get_unit(i)[2] for i in range(4)] == [java_string_hash("tg")] * 4  # type: ignore[index]
+    cq1 = store.find_consume_queue("TopicTest", 1)
+    assert [cq1.get_unit(i)[2] for i in range(3)] == [0] * 3  # type: ignore[index]
+    got = store.get_message("g", "TopicTest", 0, 0, 4)
+    assert [decode_message(bytes(b))[0].properties["TAGS"] for b in got.message_buffers] == ["tg"] * 4
+
+
+def test_index_hashes_suffix_table_matches_one_by_one() -> None:
+    """Keys sharing all but their last 4 characters hash through the suffix table: the same values as
+    hashing each whole key, for hex counters, other characters and a prefix that changes between runs."""
+    h = TopicKeyHasher()
+
+    def want(topic: str, keys: list[str]) -> list[int]:
+        out = []
+        for k in keys:
+            u = java_hash_unsigned(f"{topic}#{k}")
+            out.append(0 if u == 0x80000000 else (0x100000000 - u if u & 0x80000000 else u))
+        return out
+
+    for prefix in ("C0A80001000078C3A1B2C3D4E5F6", "C0A80001000078C3A1B2C3D4E5F7", "héllo", "x"):
+        for start in (0, 0xFFF0, 0x1234):
+            keys = [f"{prefix}{(start + i) & 0xFFFF:04X}" for i in range(32)]
+            assert h.index_hashes("TöpicA", keys) == want("TöpicA", keys)
+    odd = ["pre-é~ab", "pre-zzzz", "pre-\u4e2d\u6587ab"]
+    assert h.index_hashes("T", odd) == want("T", odd)
+    # A character outside the BMP (a surrogate pair in Java) in the suffix: not from the table.
+    assert h.index_hashes("T", ["pre-\U0001f600abc", "pre-abcd"]) in (None, want("T", ["pre-\U0001f600abc", "pre-abcd"]))

@@ -1,0 +1,126 @@
+"""The frame decoder's shortcut for a producer's pipelined SEND header (per-message g and i first, the
+constant rest recognised by its bytes) gives exactly what the generic msgpack decoder gives, and the
+send header decoded from it equals decode_send_header_v2's."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from remoting.codec import (
+    FrameDecoder,
+    SendFixed,
+    decode_msgpack_header,
+    encode_msgpack_request_head,
+    encode_parts,
+)
+from remoting.codes import LanguageCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
+from remoting.headers import decode_send_header_v2, send_header_v2_of
+
+PACK = msgpack.Packer(use_bin_type=True).pack
+FIELDS = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "h": "0", "j": "0", "k": "false",
+          "m": "false"}
+
+
+def producer_frame(code: int, opaque: int, born: str, props: str, body: bytes, fields: dict[str, str] = FIELDS,
+                   flag_oneway: bool = False) -> bytes:
+    head = bytes((0x80 | (len(fields) + 2),)) + PACK("g")
+    parts = (head, PACK(born), PACK("i"), PACK(props), PACK(fields)[1:])
+    frame = encode_msgpack_request_head(code, opaque, parts, len(body)) + body
+    if flag_oneway:  # flag 2 instead of 0 (the byte after the opaque)
+        lead = 8 + len(PACK(opaque))
+        frame = frame[: 8 + lead] + b"\x02" + frame[8 + lead + 1 :]
+    return frame
+
+
+def generic(frame: bytes) -> RemotingCommand:
+    hlen = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
+    cmd = decode_msgpack_header(memoryview(frame)[8 : 8 + hlen])
+    cmd.body = frame[8 + hlen :] or None
+    cmd.frame_size = len(frame)
+    return cmd
+
+
+@pytest.mark.parametrize("code", [310, 320])
+@pytest.mark.parametrize("opaque", [0, 127, 128, 255, 256, 65535, 65536, 0x7FFFFFFF])
+@pytest.mark.parametrize("props", ["", "a\x01b", "x" * 31, "y" * 32, "z" * 255, "w" * 256, "é\x01✓" * 3000])
+def test_shortcut_equals_generic_decode(code: int, opaque: int, props: str) -> None:
+    frame = producer_frame(code, opaque, "1763800000123", props, b"body")
+    (cmd,) = FrameDecoder().feed(frame)
+    assert cmd == generic(frame)
+    assert isinstance(cmd.send_fixed, SendFixed)
+    assert send_header_v2_of(cmd.ext_fields, cmd.send_fixed) == decode_send_header_v2(cmd.ext_fields)
+
+
+def test_shortcut_across_reads_and_for_many_frames() -> None:
+    frames = [producer_frame(310, i, str(1763800000000 + i), f"UNIQ_KEY\x01{i:032X}", bytes([i % 256]) * 700,
+                             {**FIELDS, "e": str(i % 4)}) for i in range(40)]
+    data = b"".join(frames)
+    dec = FrameDecoder()
+    got: list[RemotingCommand] = []
+    for i in range(0, len(data), 997):  # partial frames: the decoder parses its bytearray buffer
+        got += dec.feed(data[i : i + 997])
+    assert got == [generic(f) for f in frames]
+    assert all(c.send_fixed is not None for c in got)
+    assert [send_header_v2_of(c.ext_fields, c.send_fixed).queue_id for c in got] == [i % 4 for i in range(40)]
+
+
+def test_other_shapes_take_the_generic_decoder() -> None:
+    cases = [
+        producer_frame(310, 5, "1763800000123", "p", b"b", flag_oneway=True),  # a oneway send: still fine
+        producer_frame(310, 5, "1763800000123", "p", b"", {**FIELDS, "g": "dup"}),  # g twice
+        producer_frame(310, 5, "not-a-number", "p", b"b"),  # bad born: the header decoder names it
+        producer_frame(10, 5, "1763800000123", "p", b"b"),  # another request code
+    ]
+    # g not first: the generic path
+    ext = {"a": "PG", "g": "1", "i": "p"}
+    cases.append(encode_parts(RemotingCommand(310, 9, 0, None, ext, b"b", serialize_type=SerializeType.MSGPACK))[0]
+                 + b"b")
+    # a remark, and another language
+    cases.append(encode_parts(RemotingCommand(310, 9, 0, "r", {"g": "1", "i": "p", "a": "x"}, b"b",
+                                              serialize_type=SerializeType.MSGPACK))[0] + b"b")
+    cases.append(encode_parts(RemotingCommand(310, 9, 0, None, {"g": "1", "i": "p", "a": "x"}, b"b",
+                                              language=LanguageCode.JAVA, serialize_type=SerializeType.MSGPACK))[0]
+                 + b"b")
+    for frame in cases:
+        (cmd,) = FrameDecoder().feed(frame)
+        assert cmd == generic(frame)
+    (bad_born,) = FrameDecoder().feed(cases[2])
+    with pytest.raises(ValueError, match="bornTimestamp|'g'"):
+        send_header_v2_of(bad_born.ext_fields, bad_born.send_fixed)
+    (dup,) = FrameDecoder().feed(cases[1])
+    assert dup.send_fixed is None
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, bufs: list[bytes]) -> None:
+        self.out.extend(bytes(b) for b in bufs)
+
+
+async def test_send_responses_writes_what_encode_parts_gives() -> None:
+    conn = RemotingConnection(None)
+    t = _Transport()
+    conn.transport = t  # type: ignore[assignment]
+    reqs, resps, want = [], [], []
+    for i, (st, body) in enumerate([(SerializeType.MSGPACK, None), (SerializeType.MSGPACK, b"payload"),
+                                    (SerializeType.JSON, None), (SerializeType.ROCKETMQ, None)]):
+        req = RemotingCommand(310, 1000 + i, 0, None, {"a": "b"}, None, serialize_type=st)
+        resp = RemotingCommand(0, 0, 0, "ok" if i else None, {"msgId": "X", "queueId": "1"}, body,
+                               LanguageCode.JAVA)
+        expect = RemotingCommand(0, req.opaque, 1, resp.remark, dict(resp.ext_fields or {}), body,
+                                 LanguageCode.JAVA, serialize_type=st)
+        head, b = encode_parts(expect)
+        want.append(head + (bytes(b) if b is not None else b""))
+        reqs.append(req)
+        resps.append(resp)
+    conn.send_responses(reqs, resps)
+    conn._flush()
+    assert b"".join(t.out) == b"".join(want)
