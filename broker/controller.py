@@ -380,7 +380,7 @@ class BrokerController:
         await self.message_store.start()
         await self.schedule_message_service.start()
         await self.transactional_message_service.load()
-        self.message_store.add_arrival_listener(self._on_message_arriving)
+        self.message_store.add_arrival_listener(self._on_message_arriving, self.pull_request_hold_service.has_held)
         try:
             host, port = await self.remoting_server.start()
         except OSError as e:

@@ -768,6 +768,9 @@ class CommitLog:
         else:
             tags = list(map(dict.get, props_list, repeat(_PROP_TAGS)))
         hook = self.store.tags_code_hook
+        hook_topics = self.store.tags_code_hook_topics
+        if hook is not None and hook_topics is not None and batch.topic not in hook_topics:
+            hook = None
         hooked = list(map(hook, repeat(batch.topic), props_list)) if hook is not None else None
         if hooked is not None and hooked.count(None) != n:
             tags_codes = [

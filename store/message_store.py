@@ -40,7 +40,7 @@ from .flush import FlushCommitLogService, FlushConsumeQueueService, FlushRealTim
 from .index_service import IndexService
 from .mapped_file import MappedFile
 from .message import MessageExtBrokerInner
-from .reput import ArrivalListener, ReputMessageService
+from .reput import ArrivalListener, ArrivalRunFilter, ReputMessageService
 from .results import (
     GetMessageResult,
     GetMessageStatus,
@@ -134,6 +134,9 @@ class DefaultMessageStore:
     ) -> None:
         self.message_store_config = config
         self.tags_code_hook = tags_code_hook
+        # The topics tags_code_hook can answer for (None: any). A batch's messages share one topic, so a
+        # batch to any other topic skips the per-message hook calls.
+        self.tags_code_hook_topics: frozenset[str] | None = None
         self.disk_usage_probe: Callable[[], float] = disk_usage_probe or partial(
             default_disk_usage_probe, config.storePathRootDir
         )
@@ -157,6 +160,9 @@ class DefaultMessageStore:
         self.clean_commit_log_service = CleanCommitLogService(self)
         self.clean_consume_queue_service = CleanConsumeQueueService(self)
         self.arrival_listeners: list[ArrivalListener] = []
+        # Per listener, a (topic, queue_id) predicate asked once per dispatched batch run: a listener that
+        # cares about few queues (held pulls, the schedule topic) is then not called for every record.
+        self.arrival_run_filters: dict[ArrivalListener, ArrivalRunFilter] = {}
         # Separate threads: a slow fsync must not hold up creating the next file (and vice versa).
         self.flush_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush")
         self.alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-alloc")
@@ -940,16 +946,22 @@ class DefaultMessageStore:
 
     # ================================================================================ misc API
 
-    def add_arrival_listener(self, cb: ArrivalListener) -> None:
+    def add_arrival_listener(self, cb: ArrivalListener, run_filter: ArrivalRunFilter | None = None) -> None:
         """cb(topic, queue_id, logic_offset_after, tags_code, store_timestamp, properties), on the loop
-        thread, once per dispatched consumable message."""
+        thread, once per dispatched consumable message. With `run_filter`, a batch's records reach cb only
+        when run_filter(topic, queue_id) is true (asked once per batch): it must be true whenever cb
+        could act on a record of that queue."""
         self.arrival_listeners.append(cb)
+        if run_filter is not None:
+            self.arrival_run_filters[cb] = run_filter
 
     def remove_arrival_listener(self, cb: ArrivalListener) -> None:
         try:
             self.arrival_listeners.remove(cb)
         except ValueError:
             pass
+        if cb not in self.arrival_listeners:
+            self.arrival_run_filters.pop(cb, None)
 
     def get_commit_log_max_offset(self) -> int:
         return self.commit_log.get_max_offset()

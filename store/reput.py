@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ArrivalListener = Callable[[str, int, int, int, int, "dict[str, str] | None"], None]
+ArrivalRunFilter = Callable[[str, int], bool]
 DispatchTuple = tuple[Any, ...]
 
 _TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
@@ -128,6 +129,7 @@ class ReputMessageService:
 
     async def _run(self) -> None:
         event = self._event
+        inflight = getattr(self.store.flush_commit_log_service, "flush_in_flight", None)
         while not self._stopped:
             try:
                 if not self.is_commit_log_available():
@@ -140,12 +142,12 @@ class ReputMessageService:
                             async with asyncio.timeout(1.0):
                                 await event.wait()
                     continue
-                inflight = getattr(self.store.flush_commit_log_service, "flush_in_flight", None)
                 fut = inflight() if inflight is not None else None
                 if fut is not None:
                     # SYNC_FLUSH: the producers waiting on this fsync answer first (their next sends overlap
-                    # with this dispatch) -- a wait of one fsync at most.
-                    await asyncio.wait((fut,))  # neither cancels it nor raises its error (the service logs it)
+                    # with this dispatch) -- a wait of one fsync at most. The future never holds an error
+                    # (the service logs it), and a plain await costs no waiter future and callbacks.
+                    await fut
                     await asyncio.sleep(0)
                 await self.do_reput(_BATCH, notify=True)
                 await asyncio.sleep(0)  # let puts and pulls run between slices
@@ -341,8 +343,11 @@ class ReputMessageService:
                         f = idx.index_file_list[-1]
                     _index_record(idx, f, key_hash, topic, phys[k], store_ts, sys_flag, keys, uniq, tran)
         if consumable and listeners:
+            filters = store.arrival_run_filters
             for cb in listeners:
-                _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
+                wanted = filters.get(cb)
+                if wanted is None or wanted(topic, qid):
+                    _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
         self.reput_from_offset = end
         return n
 
@@ -425,8 +430,10 @@ def _notify_run(
     k = 0
     while k < n:
         afters = iter(range(first_after + k, first_after + n))
+        codes = tags_codes[k:] if k else tags_codes  # no copies on the common, failure-free pass
+        props = props_list[k:] if k else props_list
         try:
-            for _ in map(cb, repeat(topic), repeat(qid), afters, tags_codes[k:], repeat(store_ts), props_list[k:]):
+            for _ in map(cb, repeat(topic), repeat(qid), afters, codes, repeat(store_ts), props):
                 pass
             return
         except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching

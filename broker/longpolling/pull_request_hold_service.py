@@ -158,6 +158,10 @@ class PullRequestHoldService:
         self._expiry.add(req.timeout_millis, req)
         return True
 
+    def has_held(self, topic: str, queue_id: int) -> bool:
+        """Whether a pull is held on the queue (the store's per-batch filter for notify_message_arriving)."""
+        return (topic, queue_id) in self.pull_request_table
+
     def _expire_all(self, reqs: list[PullRequest], _now: float) -> None:
         """Answer every held pull whose suspend timeout has passed."""
         for req in reqs:

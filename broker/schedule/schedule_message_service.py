@@ -137,7 +137,9 @@ class ScheduleMessageService(ConfigManager):
         previous = store.tags_code_hook
         if previous is None:
             store.tags_code_hook = self.tags_code_hook
+            store.tags_code_hook_topics = frozenset((SCHEDULE_TOPIC,))
             return
+        store.tags_code_hook_topics = None  # the earlier hook may answer for any topic
 
         def chained(topic: str, properties: dict[str, str]) -> int | None:
             v = self.tags_code_hook(topic, properties)
@@ -454,7 +456,7 @@ class ScheduleMessageService(ConfigManager):
             log.info("schedule_message_service_idle_on_slave")
             return
         self._running = True
-        self.message_store.add_arrival_listener(self.on_message_arriving)
+        self.message_store.add_arrival_listener(self.on_message_arriving, _is_schedule_topic)
         loop = asyncio.get_running_loop()
         for level in sorted(self.delay_level_table):
             self._events[level] = asyncio.Event()
@@ -533,3 +535,7 @@ class ScheduleMessageService(ConfigManager):
             max_off = self.message_store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             out[f"scheduleMessageOffset_{level}"] = f"{self.offset_table.get(level, 0)},{max_off}"
         return out
+
+
+def _is_schedule_topic(topic: str, _queue_id: int) -> bool:
+    return topic == SCHEDULE_TOPIC

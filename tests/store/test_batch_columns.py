@@ -98,6 +98,29 @@ async def test_tags_code_hook_sees_every_batch_message(make_store: Callable[...,
     assert [cq.get_unit(i)[2] for i in range(3)] == [java_string_hash("tg"), 7, java_string_hash("tg")]  # type: ignore[index]
 
 
+async def test_tags_code_hook_topics_skip_other_topics_batches(make_store: Callable[..., DefaultMessageStore]) -> None:
+    seen: list[str] = []
+
+    def hook(topic: str, props: dict[str, str]) -> int | None:
+        seen.append(topic)
+        return 7
+
+    store = make_store()
+    store.tags_code_hook = hook
+    store.tags_code_hook_topics = frozenset(("Other",))
+    await store.start()
+    await store.put_many([uniform_batch(3, tags="tg")])  # TopicTest: not the hook's
+    assert await store.wait_dispatched(5)
+    assert seen == []
+    cq = store.find_consume_queue("TopicTest", 0)
+    assert [cq.get_unit(i)[2] for i in range(3)] == [java_string_hash("tg")] * 3  # type: ignore[index]
+    store.tags_code_hook_topics = frozenset(("TopicTest",))
+    await store.put_many([uniform_batch(2, tags="tg")])
+    assert await store.wait_dispatched(5)
+    assert seen == ["TopicTest", "TopicTest"]
+    assert [cq.get_unit(i)[2] for i in range(3, 5)] == [7, 7]  # type: ignore[index]
+
+
 async def test_failing_listener_does_not_stop_the_run(make_store: Callable[..., DefaultMessageStore]) -> None:
     store = make_store()
     await store.start()
@@ -115,6 +138,29 @@ async def test_failing_listener_does_not_stop_the_run(make_store: Callable[..., 
     assert await store.wait_dispatched(5)
     assert seen == [1, 3, 5]
     assert other == [1, 2, 3, 4, 5]
+
+
+async def test_run_filter_gates_a_batch_but_not_single_records(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    seen: list[tuple[int, int]] = []
+    asked: list[tuple[str, int]] = []
+    watched = {1}
+
+    def wanted(topic: str, qid: int) -> bool:
+        asked.append((topic, qid))
+        return qid in watched
+
+    store.add_arrival_listener(lambda topic, qid, after, tc, ts, props: seen.append((qid, after)), wanted)
+    await store.put_many([uniform_batch(4, queue_id=0), uniform_batch(3, queue_id=1)])
+    assert await store.wait_dispatched(5)
+    assert asked == [("TopicTest", 0), ("TopicTest", 1)]  # once per batch, not per record
+    assert seen == [(1, 1), (1, 2), (1, 3)]  # the unwatched queue's batch never reached the listener
+    await store.put_many([[make_msg(topic="TopicTest", queue_id=0)]])  # a single record: always heard
+    assert await store.wait_dispatched(5)
+    assert seen[-1] == (0, 5)
+    store.remove_arrival_listener(store.arrival_listeners[0])
+    assert store.arrival_run_filters == {}
 
 
 def test_index_hashes_match_one_by_one() -> None:
