@@ -60,7 +60,7 @@ from broker.transaction import (
 from remoting.body import DataVersion
 from remoting.codes import RequestCode
 from remoting.connection import Processor, RequestDispatcher
-from remoting.message import PermName
+from remoting.message import MessageConst, PermName
 from remoting.properties import ConfigError, parse_properties
 from remoting.server import RemotingServer
 from store.message_store import DefaultMessageStore
@@ -165,7 +165,9 @@ class BrokerController:
             on_delivered=lambda m, r: self.broker_stats.inc_put(m.topic, 1, r.append_result.wrote_bytes),
         )
         self.schedule_message_service.install_tags_code_hook(self.message_store)
-        self.send_message_processor.add_message_transformer(self.schedule_message_service.transform)
+        self.send_message_processor.add_message_transformer(
+            self.schedule_message_service.transform, triggers=(MessageConst.PROPERTY_DELAY_TIME_LEVEL,)
+        )
         self.delay_offset_provider = self.schedule_message_service.encode
         self.pull_message_processor = PullMessageProcessor(self)
         self.query_message_processor = QueryMessageProcessor(self)
@@ -193,7 +195,10 @@ class BrokerController:
             self, self.transactional_message_service
         )
         self.end_transaction_processor = EndTransactionProcessor(self, self.transactional_message_service)
-        self.send_message_processor.add_message_transformer(self.transactional_message_service.prepare_message)
+        self.send_message_processor.add_message_transformer(
+            self.transactional_message_service.prepare_message,
+            triggers=(MessageConst.PROPERTY_TRANSACTION_PREPARED,),
+        )
         self.register_processor(
             RequestCode.END_TRANSACTION, self.end_transaction_processor.process_request, group="end_transaction"
         )

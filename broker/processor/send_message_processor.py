@@ -19,7 +19,7 @@ import inspect
 import operator
 import random
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -168,9 +168,26 @@ class SendMessageProcessor:
         # Topic names that passed validate_topic and is_not_allowed_send_topic (pure functions of the
         # name): with many topics a run seldom repeats one, so the regex would run per send.
         self._valid_topics: set[str] = set()
+        self._transform_always = False  # a transformer without triggers: every send goes through them
+        self._transform_triggers: frozenset[str] = frozenset()
+        self._transformer_triggers: list[frozenset[str] | None] = []  # per transformer, in order
 
-    def add_message_transformer(self, fn: MessageTransformer) -> None:
+    def add_message_transformer(self, fn: MessageTransformer, triggers: Iterable[str] | None = None) -> None:
+        """fn(msg, send_ctx) for each message before it is stored. With `triggers`, fn acts only on
+        messages that carry one of these properties, and a send without any of them skips it (no
+        SendMessageContext is built for a plain send)."""
         self.message_transformers.append(fn)
+        trig = None if triggers is None else frozenset(triggers)
+        self._transformer_triggers.append(trig)
+        if trig is None:
+            self._transform_always = True
+        else:
+            self._transform_triggers = self._transform_triggers | trig
+
+    def _needs_transform(self, props: dict[str, str]) -> bool:
+        return bool(self.message_transformers) and (
+            self._transform_always or not self._transform_triggers.isdisjoint(props)
+        )
 
     # ------------------------------------------------------------------ entry point
 
@@ -221,6 +238,8 @@ class SendMessageProcessor:
         max_size = self._store_cfg.maxMessageSize
         accept = run.accept
         transformers = self.message_transformers
+        always = self._transform_always
+        triggers = self._transform_triggers
         for i, cmd in enumerate(cmds):
             code = cmd.code
             try:
@@ -269,7 +288,7 @@ class SendMessageProcessor:
                     out[i] = built
                     continue
                 msg, queue_id = built  # type: ignore[misc]
-                if transformers:
+                if transformers and (always or not triggers.isdisjoint(msg.properties)):
                     stop = self._transform(
                         msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id)
                     )
@@ -527,7 +546,11 @@ class SendMessageProcessor:
         """Run the transformers; an async one turns the rest into an awaitable (the common, all-sync case
         costs no coroutine)."""
         fns = self.message_transformers
+        triggers = self._transformer_triggers
         for k, fn in enumerate(fns):
+            trig = triggers[k]
+            if trig is not None and trig.isdisjoint(msg.properties):
+                continue
             r = fn(msg, sctx)
             if r is None:
                 continue
@@ -543,7 +566,9 @@ class SendMessageProcessor:
         r = await first
         if r is not None:
             return r
-        for fn in self.message_transformers[start:]:
+        for fn, trig in zip(self.message_transformers[start:], self._transformer_triggers[start:], strict=True):
+            if trig is not None and trig.isdisjoint(msg.properties):
+                continue
             r = fn(msg, sctx)
             if inspect.isawaitable(r):
                 r = await r
@@ -641,12 +666,13 @@ class SendMessageProcessor:
         if type(built) is RemotingCommand:
             return built
         msg, queue_id = built  # type: ignore[misc]
-        stop = self._transform(msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id))
-        if stop is not None:
-            if type(stop) is not RemotingCommand:
-                stop = await stop  # type: ignore[misc]
+        if self._needs_transform(msg.properties):
+            stop = self._transform(msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id))
             if stop is not None:
-                return stop  # type: ignore[return-value]
+                if type(stop) is not RemotingCommand:
+                    stop = await stop  # type: ignore[misc]
+                if stop is not None:
+                    return stop  # type: ignore[return-value]
         result = await self.put_message(msg)
         return self.handle_put_message_result(result, msg, queue_id, len(msg.body))
 

@@ -310,6 +310,26 @@ async def test_message_transformer_hook(broker: BrokerHarness) -> None:
     assert seen == [("Hooked", "PG"), ("Hooked", "PG")]
 
 
+async def test_message_transformer_with_triggers_skips_plain_sends(broker: BrokerHarness) -> None:
+    h = broker
+    seen: list[str] = []
+
+    def mark(msg: MessageExtBrokerInner, sctx: SendMessageContext) -> RemotingCommand | None:
+        seen.append(msg.properties["MARK"])
+        return None
+
+    h.controller.send_message_processor.add_message_transformer(mark, triggers=("MARK",))
+    for p in (props(), props(MARK="a"), props(OTHER="x"), props(MARK="b")):
+        r = await h.call(send_v1("Triggered", b"m", properties=p))
+        assert r.code == ResponseCode.SUCCESS
+    assert seen == ["a", "b"]  # only the sends that carry the trigger property
+    # The broker's own transformers still act: a DELAY send is parked in SCHEDULE_TOPIC_XXXX.
+    r = await h.call(send_v1("Triggered", b"later", properties=props(DELAY="3")))
+    assert r.code == ResponseCode.SUCCESS
+    await dispatched(h)
+    assert h.controller.message_store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 2) == 1
+
+
 async def test_consumer_send_back_goes_to_retry_then_dlq(tmp_path: Path) -> None:
     # Short delay levels: a send-back is parked in SCHEDULE_TOPIC_XXXX at level 3 first.
     async with running_broker(tmp_path / "store", messageDelayLevel="100ms 100ms 100ms 100ms") as h:
