@@ -299,7 +299,7 @@ _SEND_LEAD_LEN = len(_SEND_LEAD_310)
 _G_KEY = b"\xa1g"
 _I_KEY = b"\xa1i"
 _send_fixed: dict[bytes, SendFixed] = {}
-_SEND_FIXED_MAX = 4096  # distinct (producer, topic, queue, flags) headers remembered; cleared when full
+_SEND_FIXED_MAX = 16384  # distinct (producer, topic, queue, flags) headers remembered (~2 KB each); cleared when full
 _PYTHON = LanguageCode.PYTHON
 
 

@@ -237,7 +237,7 @@ _decode_send_header_v2 = _compile_send_header_v2()
 # _SEND_V2_KEY_NAMES order; values the decoded fields in SendMessageRequestHeader order minus g and i.
 _SEND_V2_KEY_NAMES = ("a", "b", "c", "d", "e", "f", "h", "j", "k", "l", "m")
 _send_v2_memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_SEND_V2_MEMO_MAX = 4096  # cleared when full
+_SEND_V2_MEMO_MAX = 16384  # cleared when full (1 000 topics x 4 queues x a few producer groups fit)
 _H_SEND = SendMessageRequestHeader
 
 

@@ -150,7 +150,7 @@ class _Prepared:
         self.max_reconsume = max_reconsume
 
 
-_HEADER_CACHE_MAX = 4096  # bound of Producer._header_cache (cleared when full)
+_HEADER_CACHE_MAX = 16384  # bound of Producer._header_cache (cleared when full; 1 000 topics x 4 queues fit)
 _PACK = msgpack.Packer(use_bin_type=True).pack
 _PACKED_G = _PACK("g")
 _PACKED_I = _PACK("i")
