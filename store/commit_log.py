@@ -526,6 +526,20 @@ class CommitLog:
             h = self._hex_cache[host_bytes] = host_bytes.hex().upper()
         return h
 
+    def _host_layout(
+        self, born_host: tuple[str, int], store_host: tuple[str, int], sys_flag: int
+    ) -> tuple[bytes, bytes, int, RecordLayout]:
+        """(born ip bytes, store ip bytes, sys_flag, record layout): the IPv6 bits of sys_flag always
+        follow the actual address families, and pick the layout."""
+        born_ip = self._host_bytes(born_host)
+        store_ip = self._host_bytes(store_host)
+        sys_flag &= ~_V6_BITS
+        if len(born_ip) == 16:
+            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if len(store_ip) == 16:
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        return born_ip, store_ip, sys_flag, _LAYOUTS[sys_flag >> 4 & 0x3]
+
     def _host_bytes(self, host: tuple[str, int]) -> bytes:
         ip = host[0]
         b = self._host_cache.get(ip)
@@ -593,14 +607,7 @@ class CommitLog:
                             sh = m.store_host
                             if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
                                 last_hosts = (bh, sh, m.sys_flag)
-                                born_ip = self._host_bytes(bh)
-                                store_ip = self._host_bytes(sh)
-                                sys_flag = m.sys_flag & ~_V6_BITS
-                                if len(born_ip) == 16:
-                                    sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
-                                if len(store_ip) == 16:
-                                    sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-                                layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+                                born_ip, store_ip, sys_flag, layout = self._host_layout(bh, sh, m.sys_flag)
                             tags_code = hook(topic, props) if hook is not None else None
                             if tags_code is None:
                                 tags = props.get(_PROP_TAGS)
@@ -669,15 +676,7 @@ class CommitLog:
                 sh = m.store_host
                 if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
                     last_hosts = (bh, sh, m.sys_flag)
-                    born_ip = self._host_bytes(bh)
-                    store_ip = self._host_bytes(sh)
-                    # The IPv6 bits always follow the actual address families.
-                    sys_flag = m.sys_flag & ~_V6_BITS
-                    if len(born_ip) == 16:
-                        sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
-                    if len(store_ip) == 16:
-                        sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-                    layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+                    born_ip, store_ip, sys_flag, layout = self._host_layout(bh, sh, m.sys_flag)
                 if hook is None:
                     tags = props.get(_PROP_TAGS) if props else None
                     if tags:
@@ -729,14 +728,7 @@ class CommitLog:
                 None,
                 f"message body size {body_total} exceeds maxMessageSize {max_body}",
             )
-        born_ip = self._host_bytes(batch.born_host)
-        store_ip = self._host_bytes(batch.store_host)
-        sys_flag = batch.sys_flag & ~_V6_BITS  # the IPv6 bits follow the actual address families
-        if len(born_ip) == 16:
-            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
-        if len(store_ip) == 16:
-            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-        layout = _LAYOUTS[sys_flag >> 4 & 0x3]
+        born_ip, store_ip, sys_flag, layout = self._host_layout(batch.born_host, batch.store_host, batch.sys_flag)
         props_list = batch.properties_list
         if len(props_list) != n or len(batch.flags) != n:
             raise ValueError("MessageBatch columns differ in length")
