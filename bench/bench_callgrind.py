@@ -1,0 +1,173 @@
+"""Deterministic cost of the broker's send path: CPU instructions per message on the loop thread,
+counted by valgrind's callgrind (immune to the CPU steal and neighbours that make wall-clock and even
+/proc CPU figures swing on a shared VM). Needs `valgrind` on PATH; not part of `make test`.
+
+    .venv/bin/python bench/bench_callgrind.py                        # batch, ASYNC_FLUSH
+    .venv/bin/python bench/bench_callgrind.py --workload single --flush sync
+    .venv/bin/python bench/bench_callgrind.py --root /tmp/old-tree   # another checkout, same harness
+
+In-process: a real BrokerController and store (temporary directory), requests built as our producer
+builds them (SEND_BATCH_MESSAGE of 32 x 1 KiB, or SEND_MESSAGE_V2 of 1 KiB with WAIT and UNIQ_KEY),
+handed to SendMessageProcessor.process_requests in groups (as RequestDispatcher.dispatch_many does),
+then dispatched by the reput service. Frame decoding and the socket write are not included. The
+script runs itself twice under callgrind, processing a small and a large number of the same built
+requests, and divides the difference by the extra messages: start-up, building the requests and
+shutdown cancel out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+BATCH = 32
+GROUP = {"batch": 4, "single": 16}
+
+
+def build_requests(workload: str, n_requests: int, start: int) -> list[Any]:
+    from client.message import Message, encode_messages
+    from remoting.codes import RequestCode
+    from remoting.command import RemotingCommand
+    from remoting.headers import SendMessageRequestHeader, encode_send_header_v2
+    from remoting.message import encode_properties
+
+    body = b"x" * 1024
+    out = []
+    seq = start
+    for k in range(n_requests):
+        if workload == "batch":
+            msgs = [Message("CallgrindT", body) for _ in range(BATCH)]
+            props = []
+            for m in msgs:
+                seq += 1
+                uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
+                m.properties["UNIQ_KEY"] = uniq
+                props.append("WAIT\x01true\x02UNIQ_KEY\x01" + uniq)
+            h = SendMessageRequestHeader(
+                producer_group="PG", topic="CallgrindT", queue_id=k % 4, born_timestamp=1763800000000,
+                properties=encode_properties({"WAIT": "true"}), batch=True, default_topic="TBW102",
+                default_topic_queue_nums=4,
+            )
+            out.append(RemotingCommand.request(
+                RequestCode.SEND_BATCH_MESSAGE, encode_send_header_v2(h), encode_messages(msgs, props)))
+        else:
+            seq += 1
+            uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
+            h = SendMessageRequestHeader(
+                producer_group="PG", topic="CallgrindT", queue_id=k % 4, born_timestamp=1763800000000,
+                properties="WAIT\x01true\x02UNIQ_KEY\x01" + uniq, default_topic="TBW102",
+                default_topic_queue_nums=4,
+            )
+            out.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_send_header_v2(h), body))
+    return out
+
+
+async def child(workload: str, flush: str, n_requests: int, n_built: int) -> None:
+    from broker.config import BrokerConfig
+    from broker.controller import BrokerController
+    from remoting.body import TopicConfig
+    from remoting.connection import RequestContext
+
+    class Conn:  # what RequestContext reads of a connection
+        remote_addr = "127.0.0.1:54321"
+        closed = False
+
+    store_dir = tempfile.mkdtemp(prefix="bench-callgrind-")
+    cfg = BrokerConfig.from_values({
+        "brokerName": "broker-cg", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
+        "mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmMapedFileEnable": False,
+        "flushDiskType": "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
+    })
+    c = BrokerController(cfg)
+    await c.start()
+    try:
+        c.topic_config_manager.update_topic_config(
+            TopicConfig(topic_name="CallgrindT", read_queue_nums=4, write_queue_nums=4))
+        proc = c.send_message_processor
+        ctx = RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
+        reput = c.message_store.reput_message_service
+        group = GROUP[workload]
+        warm = build_requests(workload, 10 * group, 0)
+        for i in range(0, len(warm), group):
+            r = await proc.process_requests(ctx, warm[i:i + group])
+            assert r[0] is not None and r[0].code == 0, (r[0] and r[0].code, r[0] and r[0].remark)
+        await reput.wait_caught_up(10)
+        # Both runs build as many requests (the long run's count), so building cancels out.
+        timed = build_requests(workload, max(n_built, n_requests), 10 * group * BATCH)
+        gc.collect()
+        gc.freeze()  # as remoting.loop.run does in the daemons
+        for i in range(0, n_requests, group):
+            await proc.process_requests(ctx, timed[i:i + group])
+            await asyncio.sleep(0)
+        await reput.wait_caught_up(30)
+    finally:
+        await c.stop()
+        shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int) -> int:
+    """Loop-thread instructions of one child run under callgrind."""
+    with tempfile.TemporaryDirectory(prefix="cg-out-") as out:
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+               f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
+               "--child", "--root", str(root), "--workload", workload, "--flush", flush,
+               "--requests", str(n_requests), "--built", str(n_built)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            raise SystemExit(f"callgrind run failed:\n{r.stderr[-2000:]}")
+        main = sorted(glob.glob(f"{out}/cg.*-01"))  # thread 1: the event loop
+        if not main:
+            raise SystemExit("no callgrind output for the main thread")
+        for line in open(main[0]):
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise SystemExit("no instruction total in the callgrind output")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", choices=("batch", "single"), default="batch")
+    ap.add_argument("--flush", choices=("async", "sync"), default="async")
+    ap.add_argument("--root", type=Path, default=HERE, help="the checkout to measure (default: this one)")
+    ap.add_argument("--small", type=int, default=None, help="requests in the short run")
+    ap.add_argument("--large", type=int, default=None, help="requests in the long run")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--requests", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        sys.path.insert(0, str(a.root.resolve()))
+        from remoting.log import configure_logging
+
+        configure_logging(level="ERROR")
+        import uvloop
+
+        uvloop.run(child(a.workload, a.flush, a.requests, a.built))
+        return 0
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
+    per_request = BATCH if a.workload == "batch" else 1
+    small = a.small or (40 if a.workload == "batch" else 640)
+    large = a.large or (240 if a.workload == "batch" else 3840)
+    lo = instructions(a.root, a.workload, a.flush, small, large)
+    hi = instructions(a.root, a.workload, a.flush, large, large)
+    per_msg = (hi - lo) / ((large - small) * per_request)
+    print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH: {per_msg:,.0f} loop-thread instructions per message "
+          f"({small} vs {large} requests)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
