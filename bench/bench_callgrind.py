@@ -111,6 +111,11 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int) -> Non
             await proc.process_requests(ctx, timed[i:i + group])
             await asyncio.sleep(0)
         await reput.wait_caught_up(30)
+        per_request = BATCH if workload == "batch" else 1
+        stored = sum(c.message_store.get_max_offset_in_queue("CallgrindT", q) for q in range(4))
+        expected = (len(warm) + n_requests) * per_request
+        if stored != expected:  # a refused send would make the count meaningless
+            raise SystemExit(f"{stored} messages in the queues, expected {expected}")
     finally:
         await c.stop()
         shutil.rmtree(store_dir, ignore_errors=True)
