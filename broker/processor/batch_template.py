@@ -55,18 +55,32 @@ class _Template:
 _TEMPLATES: dict[tuple[int, int, tuple[tuple[bytes, int], ...]], _Template | None] = {}
 
 
-def _template(data: bytes) -> tuple[_Template, int, int, int, int] | None:
-    """(template, message count, record size, body length, properties length) from the first message."""
+def first_record_shape(data: bytes) -> tuple[int, int, int, int] | None:
+    """(message count, record size, body length, properties length) when a batch body could be
+    MAX_MESSAGES or fewer (but at least 2) records all the size of the first one; None when its first
+    record is malformed or the body is not a whole number of such records. The records themselves are
+    checked by the caller."""
     if len(data) < 44:
         return None
     total, _magic, _crc, _flag, body_len = _HEAD.unpack_from(data, 0)
     if body_len < 0 or total < 22 + body_len or total > len(data):
         return None
     (props_len,) = _SHORT.unpack_from(data, 20 + body_len)
-    if props_len <= 0 or 22 + body_len + props_len != total:
+    if props_len < 0 or 22 + body_len + props_len != total:
         return None
     n, rest = divmod(len(data), total)
     if rest or n < 2 or n > MAX_MESSAGES:
+        return None
+    return n, total, body_len, props_len
+
+
+def _template(data: bytes) -> tuple[_Template, int, int, int, int] | None:
+    """(template, message count, record size, body length, properties length) from the first message."""
+    shape = first_record_shape(data)
+    if shape is None:
+        return None
+    n, total, body_len, props_len = shape
+    if props_len == 0:
         return None
     items = data[22 + body_len : total].split(_SEP_B)
     if len(items) > _MAX_ITEMS:

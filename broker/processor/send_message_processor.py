@@ -28,7 +28,7 @@ import structlog
 
 from broker import mix_all
 from broker.mix_all import TopicSysFlag
-from broker.processor.batch_template import decode_uniform_batch
+from broker.processor.batch_template import decode_uniform_batch, first_record_shape
 from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
 from broker.topic import topic_validator as tv
 from remoting.body import TopicConfig
@@ -928,25 +928,16 @@ _SPLIT_ITEM = operator.methodcaller("split", NAME_VALUE_SEPARATOR)
 _BATCH_PROPS_CACHE: dict[tuple[str | None, str], tuple[dict[str, str], bytes]] = {}
 _UNIFORM_CACHE: dict[tuple[int, int, int], struct.Struct] = {}
 _UNIFORM_CACHE_MAX = 16
-# Batches of more messages take the walk: a struct's size grows with its field count (~0.25 MB at this cap).
-_UNIFORM_MAX_MESSAGES = 1024
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (0, 1, 2))
 
 
 def _uniform_columns(data: bytes) -> tuple[list[int], list[bytes], list[bytes]] | None:
     """(flags, bodies, raw properties) of a batch body whose messages all have the first one's body and
     properties lengths (the common case), unpacked with one struct call; None when they do not."""
-    if len(data) < 44:
+    shape = first_record_shape(data)
+    if shape is None:
         return None
-    total, _magic, _crc, _flag, body_len = _BATCH_HEAD.unpack_from(data, 0)
-    if body_len < 0 or total < 22 + body_len or total > len(data):
-        return None
-    (props_len,) = _SHORT.unpack_from(data, 20 + body_len)
-    if props_len < 0 or 22 + body_len + props_len != total:
-        return None
-    n, rest = divmod(len(data), total)
-    if rest or n < 2 or n > _UNIFORM_MAX_MESSAGES:
-        return None
+    n, total, body_len, props_len = shape
     key = (n, body_len, props_len)
     st = _UNIFORM_CACHE.get(key)
     if st is None:
