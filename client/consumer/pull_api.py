@@ -119,25 +119,22 @@ class PullAPIWrapper:
         is unknown or its connection is not open and writable -- the caller falls back to pull_kernel.
         Else `callback(result, None)` (processed as pull_kernel's) or `callback(None, error)` runs
         once, from the connection's read path."""
-        target = self._target(mq)
-        found = self._nowait_request(mq, sd, offset, max_nums, commit_offset, commit_enable, suspend_timeout_ms, target)
-        if found is None:
-            return False
-        addr, ext = found
-        api = self.instance.api
 
-        def on_response(response: RemotingCommand | None, exc: BaseException | None) -> None:
+        def on_raw(result: PullResult | None, body: bytes | None, exc: BaseException | None) -> None:
             if exc is None:
                 try:
-                    result = self.process_pull_result(mq, api.process_pull_response(response, addr), sd, target)  # type: ignore[arg-type]
-                except Exception as e:  # an error code from the broker, a bad header
+                    result = self.decode_raw(result, body, sd)  # type: ignore[arg-type]  # (result is set without exc)
+                except Exception as e:  # a corrupt body
                     callback(None, e)
                     return
                 callback(result, None)
             else:
                 callback(None, exc)
 
-        return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
+        return self.pull_kernel_nowait_raw(
+            mq, sd, offset, max_nums, on_raw, commit_offset=commit_offset, commit_enable=commit_enable,
+            suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
+        )
 
     def pull_kernel_nowait_raw(
         self,
@@ -147,6 +144,8 @@ class PullAPIWrapper:
         max_nums: int,
         callback: RawPullCallback,
         *,
+        commit_offset: int = 0,
+        commit_enable: bool = False,
         suspend_timeout_ms: int = 15_000,
         timeout_ms: float = 30_000,
     ) -> bool:
@@ -154,7 +153,7 @@ class PullAPIWrapper:
         has no messages yet (decode_raw makes them, e.g. after the next pull went out), or
         `callback(None, None, error)`. False: nothing sent."""
         target = self._target(mq)
-        found = self._nowait_request(mq, sd, offset, max_nums, 0, False, suspend_timeout_ms, target)
+        found = self._nowait_request(mq, sd, offset, max_nums, commit_offset, commit_enable, suspend_timeout_ms, target)
         if found is None:
             return False
         addr, ext = found
@@ -174,7 +173,7 @@ class PullAPIWrapper:
 
         return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
 
-    def decode_raw(self, result: PullResult, body: bytes, sd: SubscriptionData) -> PullResult:
+    def decode_raw(self, result: PullResult, body: bytes | None, sd: SubscriptionData) -> PullResult:
         """The messages of a pull_kernel_nowait_raw answer, processed as pull_kernel's (tag re-check,
         MIN/MAX_OFFSET properties). Raises ValueError on a corrupt body."""
         result.messages = decode_messages(body, decompress_body=True) if body else []
