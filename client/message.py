@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from remoting.message import (
@@ -287,6 +287,52 @@ def _encode_into(parts: list[bytes | bytearray | memoryview], msg: Message, enco
     parts.append(body)
     parts.append(_I16.pack(len(props)))
     parts.append(props)
+
+
+# A plain message's properties once its new id is appended (WAIT first, as Message puts it), up to the id.
+_WAIT_TRUE_UNIQ_BYTES = (f"{_WAIT}{NAME_VALUE_SEPARATOR}true{_PROPERTY_SEPARATOR}{_UNIQ}{NAME_VALUE_SEPARATOR}").encode()
+
+
+def encode_batch_with_ids(msgs: Sequence[Message], create_id: Callable[[], str]) -> tuple[bytes, list[str]]:
+    """encode_messages for a batch about to be sent, with each message's UNIQ_KEY set first (a new one
+    from create_id() where it has none): the body and the ids, in one pass. A plain message (only
+    WAIT=true) gets its properties bytes as a constant prefix and its new id, without the generic join."""
+    parts: list[bytes | bytearray | memoryview] = []
+    add = parts.append
+    ids: list[str] = []
+    add_id = ids.append
+    pack_head = _BATCH_HEAD.pack
+    pack_len = _I16.pack
+    for m in msgs:
+        props_map = m.properties
+        uniq = props_map.get(_UNIQ)
+        if uniq is None:
+            uniq = create_id()
+            props_map[_UNIQ] = uniq
+            if len(props_map) == 2 and props_map.get(_WAIT) == "true":
+                props = _WAIT_TRUE_UNIQ_BYTES + uniq.encode()
+            else:
+                props = _encoded_properties(props_map)
+        else:
+            props = _encoded_properties(props_map)
+        plen = len(props)
+        if plen > MAX_PROPERTIES_LENGTH:
+            raise ValueError(f"properties of a message are {plen} bytes, over the {MAX_PROPERTIES_LENGTH} limit")
+        body = m.body
+        blen = len(body)
+        add(pack_head(22 + blen + plen, 0, 0, m.flag, blen))
+        add(body)
+        add(pack_len(plen) + props)
+        add_id(uniq)
+    return b"".join(parts), ids
+
+
+def _encoded_properties(props_map: Mapping[str, str]) -> bytes:
+    try:
+        encoded = _PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props_map.items()))
+    except TypeError:  # a None value (properties edited by hand): encode_properties skips those
+        encoded = encode_properties(props_map)
+    return encoded.encode("utf-8")
 
 
 def encode_message(msg: Message) -> bytes:

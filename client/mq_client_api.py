@@ -65,12 +65,15 @@ DEFAULT_TRACE_REGION_ID = "DefaultRegion"
 _MSG_REGION = MessageConst.PROPERTY_MSG_REGION
 _TRACE_SWITCH = MessageConst.PROPERTY_TRACE_SWITCH
 
+# Keyed by plain ints: a response's code is an int, and an int key matching an IntEnum key costs a rich
+# comparison per lookup (once per send).
 _SEND_STATUS = {
-    ResponseCode.SUCCESS: SendStatus.SEND_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+    int(ResponseCode.SUCCESS): SendStatus.SEND_OK,
+    int(ResponseCode.FLUSH_DISK_TIMEOUT): SendStatus.FLUSH_DISK_TIMEOUT,
+    int(ResponseCode.FLUSH_SLAVE_TIMEOUT): SendStatus.FLUSH_SLAVE_TIMEOUT,
+    int(ResponseCode.SLAVE_NOT_AVAILABLE): SendStatus.SLAVE_NOT_AVAILABLE,
 }
+_NO_FIELDS: dict[str, str] = {}
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
@@ -399,28 +402,28 @@ class MQClientAPIImpl:
         status = _SEND_STATUS.get(response.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_code(response.code, response.remark, addr)
-        ext = response.ext_fields or {}
+        ext = response.ext_fields or _NO_FIELDS
         try:
             queue_id = int(ext["queueId"])
             queue_offset = int(ext["queueOffset"])
-            offset_msg_id = str(ext.get("msgId", ""))
         except (KeyError, ValueError) as e:
             raise error_for_code(
                 ResponseCode.SYSTEM_ERROR, f"bad send response header from {addr}: {e!r}", addr
             ) from None
+        # Header values are strings from every codec; str() only for anything else (once per send).
+        offset_msg_id = ext.get("msgId", "")
+        if offset_msg_id.__class__ is not str:
+            offset_msg_id = str(offset_msg_id)
         tx = ext.get("transactionId")
+        if tx is not None and tx.__class__ is not str:
+            tx = str(tx)
         region = ext.get(_MSG_REGION) or DEFAULT_TRACE_REGION_ID
+        if region.__class__ is not str:
+            region = str(region)
         if mq is None or mq.queue_id != queue_id or mq.topic != topic or mq.broker_name != broker_name:
             mq = MessageQueue(topic, broker_name, queue_id)
         return SendResult(
-            status,
-            uniq_id,
-            offset_msg_id,
-            mq,
-            queue_offset,
-            None if tx is None else str(tx),
-            str(region),
-            ext.get(_TRACE_SWITCH) != "false",
+            status, uniq_id, offset_msg_id, mq, queue_offset, tx, region, ext.get(_TRACE_SWITCH) != "false"
         )
 
     @staticmethod

@@ -46,9 +46,9 @@ from remoting.message import (
 from ..config import ClientConfig
 from ..errors import InvalidMessageError, MQBrokerError, MQClientError, NotStartedError, annotate
 from ..instance import MQClientInstance, get_client_manager
-from ..message import Message, MessageQueue, SendResult, SendStatus, encode_messages
-from ..msg_id import create_uniq_id
-from ..route import TopicPublishInfo
+from ..message import Message, MessageQueue, SendResult, SendStatus, encode_batch_with_ids
+from ..msg_id import create_uniq_id, create_uniq_ids
+from ..route import MASTER_ID, TopicPublishInfo
 from ..validators import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DEFAULT_PRODUCER_GROUP,
@@ -110,6 +110,8 @@ class _State(enum.Enum):
 # Enum members bound once for the per-send paths (an Enum class attribute lookup costs ~10x a global).
 _RUNNING = _State.RUNNING
 _SEND_OK = SendStatus.SEND_OK
+_SYNC = CommunicationMode.SYNC
+_get_running_loop = asyncio._get_running_loop  # None when no loop runs (a C call, no exception)
 
 
 class _Prepared:
@@ -181,6 +183,18 @@ class _HeaderFixed:
 
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
+
+
+# (epoch ms, that ms as the packed string of a send header's bornTimestamp): the last one packed, as
+# one tuple so that threads (client/sync.py runs loops in threads) swap it atomically.
+_born_last: tuple[int, bytes] = (-1, b"")
+
+
+def _pack_born(now_ms: int) -> bytes:
+    global _born_last
+    packed = _PACK(str(now_ms))
+    _born_last = (now_ms, packed)
+    return packed
 
 
 class _InflightLimiter:
@@ -413,10 +427,34 @@ class Producer:
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
         """Send and wait for the broker's answer. With `queue`, send to that queue (one attempt)."""
-        prepared = await self._prepare(msg)
+        if queue is None and self._state is _RUNNING and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
+            info = self._instance.get_publish_info(msg.topic)  # type: ignore[union-attr]
+            if info is not None:
+                prepared = self._prepare_now(msg)
+                out = self._start_sync_fast(prepared, timeout, info)
+                if out is not None:
+                    return await out
+            else:
+                prepared = await self._prepare(msg)
+        else:
+            prepared = await self._prepare(msg)
         result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
         assert result is not None
         return result
+
+    def _start_sync_fast(
+        self, prepared: _Prepared, timeout: float | None, info: TopicPublishInfo
+    ) -> _SendFuture | None:
+        """The first attempt of send()/send_batch() through the pipelined sends' callback path (cached
+        header pieces, the connection's pending entry, no timer, no command and none of the coroutines
+        of _send_default/_send_kernel, which a one-at-a-time sender paid per message); failures continue
+        in _send_default with send()'s retry count. None: nothing sent, use the attempt loop."""
+        out = _SendFuture()  # (called from a coroutine: the running loop's)
+        try:
+            started = self._start_fast(out, prepared, timeout, info, _SYNC)
+        except (RemotingError, MQClientError):  # nothing sent (too many in flight, ...)
+            return None
+        return out if started else None
 
     def send_async(
         self,
@@ -465,6 +503,12 @@ class Producer:
         joined with commas, `queue_offset` the offset of the first.
         """
         prepared = self._prepare_batch(list(msgs))
+        if queue is None and self._state is _RUNNING:
+            info = self._instance.get_publish_info(prepared.topic)  # type: ignore[union-attr]
+            if info is not None:
+                out = self._start_sync_fast(prepared, timeout, info)
+                if out is not None:
+                    return await out
         result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
         assert result is not None
         return result
@@ -574,6 +618,13 @@ class Producer:
                 check_message(msg, self.max_message_size)
                 if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
                     self._checked_topics.add(msg.topic)
+            props = msg.properties
+            if len(props) == 1 and props.get(_WAIT) == "true" and len(body) < self.compress_msg_body_over_howmuch:
+                # The plain message (no id yet, no tags, keys, transaction or retry properties, not
+                # compressed): what the steps below come to, without them.
+                uniq = create_uniq_id()
+                props[_UNIQ] = uniq
+                return _Prepared(msg.topic, body, 0, msg.flag, _WAIT_TRUE_UNIQ + uniq, uniq)
         props = msg.properties
         uniq = props.get(_UNIQ)
         fresh = uniq is None
@@ -628,8 +679,12 @@ class Producer:
         wait = first.wait_store_msg_ok
         checked = self._checked_topics
         limit = self.max_message_size
+        retry_topic = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        # Every message is checked before any is changed (ids are set below).
+        missing = 0  # messages without an id yet
         for m in msgs:
             body = m.body
+            props = m.properties
             # Same fast accept as _prepare_now; check_message raises the precise error otherwise.
             if (
                 m.__class__ is not Message
@@ -640,31 +695,23 @@ class Producer:
                 check_message(m, limit)
                 if len(checked) < _CHECKED_TOPICS_MAX:
                     checked.add(m.topic)
-            if _DELAY in m.properties and m.delay_level > 0:
+            if _DELAY in props and m.delay_level > 0:
                 raise InvalidMessageError("TimeDelayLevel is not supported for batching")
-            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                raise InvalidMessageError("Retry Group is not supported for batching")
-            if m.topic != topic:
+            if retry_topic or m.topic != topic:
+                if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    raise InvalidMessageError("Retry Group is not supported for batching")
                 raise InvalidMessageError(
                     f"The topic of the messages in one batch should be the same: {topic!r} != {m.topic!r}"
                 )
-            if m.wait_store_msg_ok != wait:
+            # (m.wait_store_msg_ok, inlined: once per message)
+            if (props.get(_WAIT, "true") != "false") is not wait:
                 raise InvalidMessageError(
                     "The waitStoreMsgOK of the messages in one batch should be the same"
                 )
-        ids = []
-        encoded: list[str | None] = []  # as in _prepare_now: plain messages skip the generic join
-        for m in msgs:
-            props = m.properties
-            uniq = props.get(_UNIQ)
-            if uniq is None:
-                uniq = create_uniq_id()
-                props[_UNIQ] = uniq
-                encoded.append(_WAIT_TRUE_UNIQ + uniq if len(props) == 2 and props.get(_WAIT) == "true" else None)
-            else:
-                encoded.append(None)
-            ids.append(uniq)
-        body = encode_messages(msgs, encoded)
+            if _UNIQ not in props:
+                missing += 1
+        # The new ids with one clock read, handed out by a C-level iterator.
+        body, ids = encode_batch_with_ids(msgs, iter(create_uniq_ids(missing)).__next__)
         if len(body) > self.max_message_size:
             raise InvalidMessageError(
                 f"the batch of {len(msgs)} messages encodes to {len(body)} bytes, over maxMessageSize "
@@ -852,11 +899,21 @@ class Producer:
     def _packed_request(self, prepared: _Prepared, mq: MessageQueue) -> tuple[int, tuple[bytes, ...]]:
         """_build_request(prepared, mq, True) as (code, extFields msgpack map as pieces to concatenate):
         what RemotingConnection.invoke_entry_packed takes, without the command and its dict."""
-        batch = prepared.batch
-        fixed = self._fixed_for(prepared, mq)
-        return (_SEND_BATCH if batch else _SEND_V2), (
-            fixed.head, _PACK(str(time.time_ns() // 1_000_000)), _PACKED_I, _PACK(prepared.properties), fixed.tail
-        )
+        return (_SEND_BATCH if prepared.batch else _SEND_V2), self._packed_ext(prepared, mq)
+
+    def _packed_ext(self, prepared: _Prepared, mq: MessageQueue) -> tuple[bytes, ...]:
+        """The extFields msgpack map of _packed_request, as pieces to concatenate."""
+        key = (prepared.topic, mq.queue_id, prepared.sys_flag, prepared.flag, prepared.reconsume_times,
+               prepared.max_reconsume, prepared.batch)
+        fixed = self._header_cache.get(key)
+        if fixed is None:
+            fixed = self._header_fixed(key)
+        # The born timestamp in msgpack form changes once per ms, not per send: packed once per ms.
+        now_ms = time.time_ns() // 1_000_000
+        born_ms, born = _born_last
+        if now_ms != born_ms:
+            born = _pack_born(now_ms)
+        return fixed.head, born, _PACKED_I, _PACK(prepared.properties), fixed.tail
 
     def _fixed_for(self, prepared: _Prepared, mq: MessageQueue) -> _HeaderFixed:
         """The cached per-(topic, queue, flags) part of a send header."""
@@ -905,7 +962,9 @@ class Producer:
         info = inst.get_publish_info(topic)
         if info is None:
             return None
-        out = _SendFuture(loop=asyncio.get_running_loop())
+        if _get_running_loop() is None:  # (raises RuntimeError, as create_future on a running loop would)
+            asyncio.get_running_loop()
+        out = _SendFuture()  # no loop= keyword: a Future takes the running loop itself, ~2x cheaper
         try:
             prepared = prepare(arg)
         except Exception as e:  # invalid message: fail the future, as the slow path would
@@ -930,10 +989,12 @@ class Producer:
         return out
 
     def _start_fast(
-        self, out: _SendFuture, prepared: _Prepared, timeout: float | None, info: TopicPublishInfo | None = None
+        self, out: _SendFuture, prepared: _Prepared, timeout: float | None, info: TopicPublishInfo | None = None,
+        mode: CommunicationMode = CommunicationMode.ASYNC,
     ) -> bool:
         """Write the first attempt of `prepared` through the connection's callback path; False when
-        that is not possible right now (not running, no route, no open writable connection)."""
+        that is not possible right now (not running, no route, no open writable connection). `mode`
+        SYNC: a send() (its retry count, no async permit held)."""
         inst = self._instance
         if inst is None or self._state is not _RUNNING:
             return False
@@ -942,20 +1003,28 @@ class Producer:
             if info is None:
                 return False
         begin = time.monotonic() * 1000.0  # (_now_ms, inlined: once per send)
-        mq = self.fault_strategy.select_one_message_queue(info, None)
-        addr = inst.find_broker_address_in_publish(mq.broker_name)
+        fs = self.fault_strategy
+        if fs.send_latency_fault_enable:
+            mq = fs.select_one_message_queue(info, None)
+        else:  # (info.select_one_message_queue(None) and find_broker_address_in_publish, inlined: per send)
+            queues = info.message_queues
+            mq = queues[info.next_index() % len(queues)]
+        table = inst.broker_addr_table.get(mq.broker_name)
+        addr = table.get(MASTER_ID) if table else None
         if addr is None:
             return False
         budget = float(timeout if timeout is not None else self.send_msg_timeout)
         api = inst.api
-        pending = _FastSend(self, out, prepared, mq, addr, api, begin, timeout)
+        pending = _FastSend(self, out, prepared, mq, addr, api, begin, timeout, mode)
         remoting = api.remoting
         # (serialize_type_for, inlined)
         st = remoting.addr_serialize_types.get(addr, remoting.serialize_type)
         if st is _MSGPACK and (prepared.batch or self.send_smart_msg):
             # No RemotingCommand and no header dict: the frame head is spliced from cached pieces.
-            code, ext_parts = self._packed_request(prepared, mq)
-            sent = remoting.invoke_entry_packed_nowait(addr, pending, code, ext_parts, prepared.body, budget)
+            sent = remoting.invoke_entry_packed_nowait(
+                addr, pending, _SEND_BATCH if prepared.batch else _SEND_V2, self._packed_ext(prepared, mq),
+                prepared.body, budget,
+            )
         else:
             sent = remoting.invoke_callback_nowait(addr, self._build_request(prepared, mq), budget, pending.on_response)
         if not sent:
@@ -985,28 +1054,30 @@ class Producer:
         broker: str,
         exc: BaseException | None,
         not_ok: SendResult | None = None,
+        mode: CommunicationMode = CommunicationMode.ASYNC,
     ) -> SendResult:
-        """The attempts after a failed first attempt of _send_async_fast."""
+        """The attempts after a failed first attempt of _send_async_fast (or of send()'s, `mode` SYNC:
+        that one holds no async permit)."""
         budget = float(timeout if timeout is not None else self.send_msg_timeout)
         if isinstance(exc, MQBrokerError) and exc.code == ResponseCode.SYSTEM_BUSY:
             pause = min(self.system_busy_backoff, budget - (_now_ms() - begin) - 1.0)
             if pause > 0:
                 await asyncio.sleep(pause / 1000.0)
-        permits = self._async_permits
-        await permits.acquire()
+        permits = self._async_permits if mode is not _SYNC else None
+        if permits is not None:
+            await permits.acquire()
         try:
             if exc is None:
                 exc = MQClientError(f"send status {not_ok.status.value if not_ok else '?'}")
             try:
-                result = await self._send_default(
-                    prepared, CommunicationMode.ASYNC, timeout, None, resume=(begin, broker, exc)
-                )
+                result = await self._send_default(prepared, mode, timeout, None, resume=(begin, broker, exc))
             except BaseException:
                 if not_ok is not None:
                     return not_ok
                 raise
         finally:
-            permits.release()
+            if permits is not None:
+                permits.release()
         assert result is not None
         return result
 
@@ -1077,14 +1148,14 @@ class _FastSend(ResponseEntry):
     entry itself (ResponseEntry: no callback object per send), or, to a peer without MSGPACK headers,
     on_response is the response callback (one slotted object per send instead of a dozen closure cells)."""
 
-    __slots__ = ("producer", "out", "prepared", "mq", "addr", "api", "begin", "timeout", "held")
+    __slots__ = ("producer", "out", "prepared", "mq", "addr", "api", "begin", "timeout", "held", "mode")
 
     out: asyncio.Future[SendResult] | None
     prepared: _Prepared | None
 
     def __init__(
         self, producer: Producer, out: asyncio.Future[SendResult], prepared: _Prepared, mq: MessageQueue,
-        addr: str, api: Any, begin: float, timeout: float | None,
+        addr: str, api: Any, begin: float, timeout: float | None, mode: CommunicationMode,
     ) -> None:
         self.producer = producer
         self.out = out
@@ -1094,7 +1165,8 @@ class _FastSend(ResponseEntry):
         self.api = api
         self.begin = begin
         self.timeout = timeout
-        self.held = True
+        self.mode = mode
+        self.held = mode is not _SYNC  # send_async holds one of the producer's async permits; send() none
 
     def free(self) -> None:
         if self.held:
@@ -1103,7 +1175,13 @@ class _FastSend(ResponseEntry):
 
     def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
         """Called once, synchronously from the connection's read path (or its time-out scan)."""
-        self.free()
+        if self.held:  # (free(), inlined: once per send)
+            self.held = False
+            permits = self.producer._async_permits
+            if permits._waiters:
+                permits.release()
+            else:  # (release() with nobody waiting)
+                permits.active -= 1
         out = self.out
         prepared = self.prepared
         assert out is not None and prepared is not None
@@ -1125,7 +1203,8 @@ class _FastSend(ResponseEntry):
             result = self.api.process_send_response(broker, mq.topic, prepared.uniq_id, response, self.addr, mq)
         except (RemotingError, MQClientError, MQBrokerError) as e:
             p.fault_strategy.update_fault_item(broker, _now_ms() - self.begin, True)
-            retry = p.retry_times_when_send_async_failed > 0 and (
+            retries = p.retry_times_when_send_failed if self.mode is _SYNC else p.retry_times_when_send_async_failed
+            retry = retries > 0 and (
                 not isinstance(e, MQBrokerError) or e.code in p.retry_response_codes
             )
             if not retry:
@@ -1139,7 +1218,7 @@ class _FastSend(ResponseEntry):
             )
             out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
-                p._send_async_continue(prepared, self.timeout, self.begin, broker, e)
+                p._send_async_continue(prepared, self.timeout, self.begin, broker, e, None, self.mode)
             ))
             return
         except Exception as e:  # a bug, not a broker answer: fail this send rather than the read loop
@@ -1152,7 +1231,7 @@ class _FastSend(ResponseEntry):
         if result.status is not _SEND_OK and p.retry_another_broker_when_not_store_ok:
             out.add_done_callback(p._untrack)
             _chain(out, asyncio.ensure_future(
-                p._send_async_continue(prepared, self.timeout, self.begin, mq.broker_name, None, result)
+                p._send_async_continue(prepared, self.timeout, self.begin, mq.broker_name, None, result, self.mode)
             ))
             return
         p._inflight.discard(out)

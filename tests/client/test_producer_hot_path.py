@@ -225,3 +225,129 @@ async def test_prepared_batch_body_equals_the_reference_encoding(fakes: tuple[Fa
         assert bytes(prepared.body) == _reference_batch_body(msgs)
         assert prepared.uniq_id.split(",") == [m.properties["UNIQ_KEY"] for m in msgs]
         assert [m.properties["UNIQ_KEY"] for m in msgs][3] == "given"
+
+
+async def test_sync_send_takes_the_callback_path_with_the_sync_retry_count_and_no_async_permit(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    """send() writes its first attempt like a pipelined send (no command, no timer per request) but keeps
+    send()'s rules: retry_times_when_send_failed attempts, and no permit of max_async_inflight taken."""
+    from client.producer import producer as producer_mod
+    from remoting.codes import ResponseCode
+
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr, max_async_inflight=1, retry_times_when_send_failed=2,
+                        retry_times_when_send_async_failed=0, send_msg_timeout=2000) as p:
+        await p.send(Message("HotTopic", b"warm"))  # route + open connection
+        started: list[object] = []
+        real = producer_mod.Producer._start_fast
+
+        def spy(self: Producer, out: object, *a: object, **kw: object) -> bool:
+            started.append(a[3] if len(a) > 3 else kw.get("mode"))
+            return real(self, out, *a, **kw)  # type: ignore[arg-type]
+
+        producer_mod.Producer._start_fast = spy  # type: ignore[method-assign]
+        try:
+            b.behaviour = lambda cmd: "hang"
+            held = p.send_async(Message("HotTopic", b"holds the only async permit"))
+            await wait_until(lambda: len(b.held) == 1)
+            assert p._async_permits.active == 1
+            n0 = len(b.sends)
+            answers = iter([(ResponseCode.SERVICE_NOT_AVAILABLE, "not now"), (ResponseCode.SYSTEM_ERROR, "no"), "ok"])
+            b.behaviour = lambda cmd: next(answers)
+            r = await p.send(Message("HotTopic", b"sync"))  # not blocked by the async permit
+            assert r.status is SendStatus.SEND_OK and len(b.sends) - n0 == 3
+            assert producer_mod.CommunicationMode.SYNC in started
+            assert p._async_permits.active == 1 and not held.done()
+            b.behaviour = lambda cmd: (ResponseCode.SYSTEM_ERROR, "down")
+            n0 = len(b.sends)
+            with pytest.raises(Exception, match="down"):
+                await p.send(Message("HotTopic", b"fails"))
+            assert len(b.sends) - n0 == 3  # 1 + retry_times_when_send_failed
+        finally:
+            producer_mod.Producer._start_fast = real  # type: ignore[method-assign]
+            held.cancel()
+        await asyncio.sleep(0)
+        assert p._async_permits.active == 0
+
+
+async def test_sync_send_time_out_is_typed_and_a_cancelled_send_frees_nothing_it_did_not_take(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr, send_msg_timeout=300) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        n0 = len(b.sends)
+        b.behaviour = lambda cmd: "hang"
+        with pytest.raises(RemotingTimeoutError) as ei:
+            await p.send(Message("HotTopic", b"never"))
+        assert b.addr in str(ei.value) and len(b.sends) - n0 == 1  # the budget is spent: no retry
+        t = asyncio.ensure_future(p.send(Message("HotTopic", b"cancelled")))
+        await wait_until(lambda: len(b.sends) - n0 == 2)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert p._async_permits.active == 0 and not p._inflight
+        b.behaviour = lambda cmd: "ok"
+        assert (await p.send(Message("HotTopic", b"after"))).status is SendStatus.SEND_OK
+
+
+def test_ids_cached_per_256_and_made_many_at_once_keep_the_layout() -> None:
+    """create() caches the id up to its last byte (per ms and counter high byte); create_many() reads the
+    clock once: both give prefix | ms since month start | 16-bit counter, counting up across the
+    high-byte and wrap boundaries."""
+    import itertools
+    import time
+
+    gen = MessageIdGenerator(ip="10.0.0.1", pid=7, seed=1)
+    gen._counter = itertools.count(0xFFF0)  # cross the 0x..FF boundaries and the 16-bit wrap
+    ids = [gen.create() for _ in range(600)] + gen.create_many(600) + [gen.create() for _ in range(10)]
+    assert len(set(ids)) == len(ids) and all(len(i) == 32 and set(i) <= set("0123456789ABCDEF") for i in ids)
+    counters = [int(i[-4:], 16) for i in ids]
+    assert counters[0] == 0xFFF0 and all((b - a) & 0xFFFF == 1 for a, b in zip(counters, counters[1:], strict=False))
+    assert {i[:20] for i in ids} == {gen.prefix}
+    start, _ = gen._start_ms, gen._next_start_ms
+    now = time.time_ns() // 1_000_000
+    for i in ids:
+        assert abs(start + int(i[20:28], 16) - now) < 60_000  # the time part is the ms since the month began
+
+
+async def test_batch_ids_are_new_where_missing_and_kept_where_given(fakes: tuple[FakeNameServer, FakeBroker]) -> None:
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr) as p:
+        msgs = [Message("HotTopic", b"a"), Message("HotTopic", b"b", properties={"UNIQ_KEY": "GIVEN"}),
+                Message("HotTopic", b"c", tags="T")]
+        r = await p.send_batch(msgs)
+        ids = r.msg_id.split(",")
+        assert ids[1] == "GIVEN" and len(set(ids)) == 3 and [m.properties["UNIQ_KEY"] for m in msgs] == ids
+        assert b.sends[-1].body == encode_messages(msgs)
+
+
+async def test_sync_batch_send_takes_the_callback_path_and_retries_as_send(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    from client.producer import producer as producer_mod
+    from remoting.codes import ResponseCode
+
+    ns, b = fakes
+    async with Producer("hot_pg", ns.addr, retry_times_when_send_failed=1, retry_times_when_send_async_failed=0) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        modes: list[object] = []
+        real = producer_mod.Producer._start_fast
+
+        def spy(self: Producer, out: object, *a: object, **kw: object) -> bool:
+            modes.append(a[3] if len(a) > 3 else kw.get("mode"))
+            return real(self, out, *a, **kw)  # type: ignore[arg-type]
+
+        producer_mod.Producer._start_fast = spy  # type: ignore[method-assign]
+        try:
+            answers = iter([(ResponseCode.SYSTEM_ERROR, "once"), "ok"])
+            b.behaviour = lambda cmd: next(answers)
+            n0 = len(b.sends)
+            r = await p.send_batch([Message("HotTopic", b"a"), Message("HotTopic", b"b")])
+        finally:
+            producer_mod.Producer._start_fast = real  # type: ignore[method-assign]
+        assert r.status is SendStatus.SEND_OK and len(r.msg_id.split(",")) == 2
+        assert len(b.sends) - n0 == 2 and modes[0] is producer_mod.CommunicationMode.SYNC
+        assert b.sends[-1].body == b.sends[-2].body  # the retry re-sends the batch as prepared
+        assert p._async_permits.active == 0
