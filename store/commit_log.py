@@ -39,7 +39,7 @@ from remoting.message import (
     java_string_hash,
 )
 
-from .dispatch import RUN_MARK, DispatchRequest
+from .dispatch import DispatchRequest
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import MessageExtBrokerInner
@@ -564,6 +564,7 @@ class CommitLog:
         max_total = self.mapped_file_size - END_FILE_MIN_BLANK_LENGTH
         store = self.store
         hook = store.tags_code_hook
+        hook_topics = store.tags_code_hook_topics  # None: the hook may answer for any topic
         tags_cache = store.tags_code_cache
         crc32 = zlib.crc32
         i16 = _I16.pack
@@ -608,7 +609,11 @@ class CommitLog:
                             if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
                                 last_hosts = (bh, sh, m.sys_flag)
                                 born_ip, store_ip, sys_flag, layout = self._host_layout(bh, sh, m.sys_flag)
-                            tags_code = hook(topic, props) if hook is not None else None
+                            tags_code = (
+                                hook(topic, props)
+                                if hook is not None and (hook_topics is None or topic in hook_topics)
+                                else None
+                            )
                             if tags_code is None:
                                 tags = props.get(_PROP_TAGS)
                                 if tags:
@@ -677,7 +682,7 @@ class CommitLog:
                 if bh is not last_hosts[0] or sh is not last_hosts[1] or m.sys_flag != last_hosts[2]:
                     last_hosts = (bh, sh, m.sys_flag)
                     born_ip, store_ip, sys_flag, layout = self._host_layout(bh, sh, m.sys_flag)
-                if hook is None:
+                if hook is None or (hook_topics is not None and topic not in hook_topics):
                     tags = props.get(_PROP_TAGS) if props else None
                     if tags:
                         tags_code = tags_cache.get(tags)
@@ -854,7 +859,7 @@ class CommitLog:
             batch.store_timestamp = store_ts
             add_pending(
                 (base, file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, [size] * n,
-                 pb.tags_codes, batch.properties_list, RUN_MARK)
+                 pb.tags_codes, batch.properties_list, _uniq_column(batch.properties_list[0], pieces, columns))
             )
             return p, first_qo, phy_offsets
         sizes = pb.sizes
@@ -904,7 +909,7 @@ class CommitLog:
         # One dispatch run for the whole batch (see reput.DispatchRun), not a tuple per record.
         add_pending(
             (phy_offsets[0], file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, pb.sizes,
-             pb.tags_codes, batch.properties_list, RUN_MARK)
+             pb.tags_codes, batch.properties_list, None)
         )
         return p, first_qo, phy_offsets
 
@@ -1227,6 +1232,23 @@ def _template_struct(
         )
         st = _TEMPLATE_STRUCTS[key] = struct.Struct(">" + one * n)
     return st
+
+
+_UNIQ_PIECE = b"\x02" + _PROP_UNIQ.encode() + b"\x01"
+
+
+def _uniq_column(
+    props: dict[str, str], pieces: tuple[bytes, ...], columns: list[list[bytes]]
+) -> list[bytes] | None:
+    """The dispatch run's UNIQ_KEY column (see store.dispatch) of a batch of one shape: its UNIQ_KEY value
+    column when it has one and no KEYS (every message names the same keys as the first), else None."""
+    if _PROP_KEYS in props or _PROP_UNIQ not in props:
+        return None
+    for piece, col in zip(pieces, columns):  # noqa: B905 - one piece more than columns: the last has none
+        # The item's name ends the piece before the column: after a separator, or first of all.
+        if piece.endswith(_UNIQ_PIECE) or piece == _UNIQ_PIECE[1:]:
+            return col
+    return None
 
 
 def _consume_exception(fut: asyncio.Future[MappedFile]) -> None:

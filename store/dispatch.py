@@ -3,12 +3,14 @@
 The put path hands the reput service one tuple per record (DispatchRequest.as_tuple), or, for a batch,
 one run tuple for all its records (contiguous in the CommitLog, one topic/queue, consecutive queue
 offsets): (first_offset, end_offset, topic, queue_id, first_queue_offset, store_timestamp, sys_flag,
-offsets, sizes, tags_codes, properties_list, RUN_MARK) -- told apart by its length.
+offsets, sizes, tags_codes, properties_list, uniq_column) -- told apart by its length. uniq_column is
+what the put path knows of the index keys, so the dispatcher need not look at each record's properties:
+a list of each record's UNIQ_KEY as UTF-8 bytes, all of one length, when no record has KEYS (a batch of
+one shape with a UNIQ_KEY value column); None when the properties tell (anything else).
 """
 
 from __future__ import annotations
 
-RUN_MARK = "run"
 RUN_LEN = 12
 
 

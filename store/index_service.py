@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import mmap
-import operator
 import os
 import struct
 import time
@@ -39,17 +38,14 @@ _INT_MAX = (1 << 31) - 1
 _MAX_RUN = 1024  # keys per put_key_hashes call (its struct grows with the count)
 
 
-_SLOTS_AT = INDEX_HEADER_SIZE // 4  # int32 index of the first hash slot
-
-
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=80)
 def _swap_structs(n: int) -> tuple[struct.Struct, struct.Struct]:
     """n int32s in native and in big-endian order: packing with one and unpacking with the other swaps
     the bytes of all of them in two calls."""
     return struct.Struct(f"={n}i"), struct.Struct(f">{n}i")
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=80)
 def _entries_struct(n: int) -> struct.Struct:
     """n consecutive index entries in one struct."""
     return struct.Struct(">" + "iqii" * n)
@@ -72,10 +68,39 @@ _B31_FROM_48 = bytes(
 )
 _MASK32 = 0xFFFFFFFF
 _CACHE_LIMIT = 4096
-_SUFFIX = 4  # a UNIQ_KEY's counter: 4 hex digits (65 536 table entries at most for hex keys)
-_SUFFIX_SLICE = slice(-_SUFFIX, None)
+_SUFFIX = 4  # a UNIQ_KEY's counter: 4 hex digits
 _SUFFIX_SCALE = 31**_SUFFIX
-_SUFFIX_TABLE_MAX = 1 << 17
+_MAX_HEADS = 4  # distinct prefixes in one run hashed by prefix (a run straddling a millisecond has two)
+# hash(topic#head) * 31^4 + hash(suffix) stays below 2^32 + 2^22: a base this far from 2^31 and 2^32 gives
+# every key of the run the same sign, so no per-key branch is needed.
+_SUFFIX_BOUND = 1 << 22
+
+
+@functools.lru_cache(maxsize=1)
+def _pair_tables() -> tuple[list[int], list[int]]:
+    """Two ASCII characters c0 c1 as one big-endian 16-bit value -> their part of a 4-character Java hash:
+    (31*c0 + c1) * 31^2 for the first pair, 31*c0 + c1 for the second. Lists (a comprehension indexes
+    them with a specialised op), each value one shared object (~4 000 of them): 512 KiB in all."""
+    shared: dict[int, int] = {}
+    pair = [shared.setdefault(v, v) for v in (31 * (x >> 8) + (x & 0xFF) for x in range(1 << 15))]
+    high: dict[int, int] = {}
+    return [high.setdefault(p, p * 961) for p in pair], pair
+
+
+@functools.lru_cache(maxsize=80)
+def _head_pairs_struct(n: int, count: int) -> struct.Struct:
+    """count keys of n bytes as (prefix bytes, first suffix pair, second suffix pair) each."""
+    return struct.Struct(f">{f'{n - _SUFFIX}sHH' * count}")
+
+
+@functools.lru_cache(maxsize=80)
+def _keys_struct(n: int, count: int) -> struct.Struct:
+    return struct.Struct(f"{n}s" * count)
+
+
+def _abs_signed(unsigned: list[int]) -> list[int]:
+    """index_key_hash of unsigned Java hashes: abs of the signed value, MIN_VALUE -> 0."""
+    return [u if u < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF for u in unsigned]
 
 
 class TopicKeyHasher:
@@ -84,12 +109,12 @@ class TopicKeyHasher:
     UNIQ_KEY always is) hashes with one translate and one int() parse, since each unit is 48 + a base-31
     digit: hash(key) = int(digits, 31) + 48 * (31^(n-1) + ... + 1). Anything else takes the plain way."""
 
-    __slots__ = ("_prefix", "_scale", "_suffix")
+    __slots__ = ("_prefix", "_scale", "_last_head")
 
     def __init__(self) -> None:
         self._prefix: dict[str, int] = {}
-        self._suffix: dict[str, int] = {}  # last _SUFFIX characters of a key -> their Java hash
         self._scale: dict[int, tuple[int, int]] = {}  # len -> (31^n, 48 * sum(31^i, i < n)) mod 2^32
+        self._last_head: tuple[str, bytes, int] = ("", b"", 0)  # (topic, prefix, its hash * 31^4) of the last run
 
     def hash_unsigned(self, topic: str, key: str) -> int:
         hp = self._prefix.get(topic)
@@ -111,55 +136,82 @@ class TopicKeyHasher:
 
     def index_hashes(self, topic: str, keys: list[str]) -> list[int] | None:
         """index_key_hash(f"{topic}#{key}") (abs of the signed Java hash, MIN_VALUE -> 0) of every key, with
-        C-level maps when the keys all have one length and all hash by the base-31 parse (UNIQ_KEYs of one
-        run); None otherwise (hash them one by one).
-
-        Keys that differ only in their last _SUFFIX characters (the UNIQ_KEYs of one batch: client
-        prefix, time, then a 4-hex-digit counter) hash as hash(topic#prefix) * 31^_SUFFIX + hash(suffix),
-        the suffix hashes from a table: one hash per run instead of a parse per key."""
+        C-level calls when the keys all have one length (the UNIQ_KEYs of one run); None when they do not
+        (hash them one by one)."""
         count = len(keys)
         n = len(keys[0]) if keys else 0
-        if not n or n > 64 or list(map(len, keys)).count(n) != count:
+        if not n or list(map(len, keys)).count(n) != count:
             return None
-        if n > _SUFFIX:
-            head = keys[0][:-_SUFFIX]
-            if list(map(str.startswith, keys, repeat(head))).count(True) == count:
-                table = self._suffix
-                hs = list(map(table.get, map(operator.getitem, keys, repeat(_SUFFIX_SLICE))))
-                if None in hs:
-                    if len(table) > _SUFFIX_TABLE_MAX:
-                        table.clear()
-                    for i, h in enumerate(hs):
-                        if h is None:
-                            sfx = keys[i][-_SUFFIX:]
-                            h = 0
-                            for ch in sfx:
-                                c = ord(ch)
-                                if c > 0xFFFF:
-                                    return None  # a surrogate pair in Java: the general way
-                                h = 31 * h + c
-                            hs[i] = table[sfx] = h
-                base = self.hash_unsigned(topic, head) * _SUFFIX_SCALE
-                # abs of the signed value: u - 2^32 when bit 31 is set; MIN_VALUE's abs (2^31) masks to 0.
-                return [
-                    u if (u := (base + h) & _MASK32) < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF
-                    for h in hs  # type: ignore[operator]
-                ]
+        joined = "".join(keys)
+        if not joined.isascii():
+            # Rare: the exact Java hash of each key (UTF-16 code units), one by one.
+            return _abs_signed([self.hash_unsigned(topic, k) for k in keys])
+        return self.index_hashes_ascii(topic, joined.encode("ascii"), n, count)
+
+    def index_hashes_ascii(self, topic: str, blob: bytes, n: int, count: int) -> list[int] | None:
+        """index_hashes of `count` ASCII keys of `n` bytes each, given back to back in `blob` (a batch's
+        UNIQ_KEY column joined). None when they do not hash in bulk (hash them one by one).
+
+        Keys that share all but their last 4 characters (the UNIQ_KEYs of one batch: client prefix, time,
+        then a 4-hex-digit counter) hash as hash(topic#prefix) * 31^4 + hash(suffix), the suffix hash from
+        two small tables indexed by its character pairs, which one struct cuts out of the blob with the
+        prefixes: one comprehension step per key, no per-key string or dict look-up. A run whose keys change prefix (a batch straddling a
+        millisecond) is hashed per stretch of one prefix."""
+        if n > _SUFFIX and count * n == len(blob):
+            vals = _head_pairs_struct(n, count).unpack(blob)
+            heads = vals[0::3]
+            first = heads[0]
+            if heads.count(first) == count:
+                spans = [(0, count, first)]
+            else:
+                spans = []
+                i = 0
+                while i < count and len(spans) < _MAX_HEADS:
+                    head = heads[i]
+                    k = heads.count(head)
+                    if heads[i : i + k].count(head) != k:
+                        break  # a prefix coming back later: not stretches
+                    spans.append((i, i + k, head))
+                    i += k
+                if i < count:
+                    spans = []
+            if spans:
+                ph, pl = _pair_tables()
+                out: list[int] = []
+                last_topic, last_head, last_base = self._last_head
+                for i, j, head in spans:
+                    if head == last_head and topic == last_topic:
+                        base = last_base
+                    else:
+                        base = (self.hash_unsigned(topic, head.decode("ascii")) * _SUFFIX_SCALE) & _MASK32
+                        last_topic, last_head, last_base = topic, head, base
+                        self._last_head = (topic, head, base)
+                    pairs = zip(vals[3 * i + 1 : 3 * j : 3], vals[3 * i + 2 : 3 * j : 3], strict=True)
+                    if base < 0x80000000 - _SUFFIX_BOUND:  # every key's signed hash is positive
+                        out += [base + ph[a] + pl[b] for a, b in pairs]
+                    elif 0x80000000 < base < 0x100000000 - _SUFFIX_BOUND:  # every key's is negative: abs
+                        neg = 0x100000000 - base
+                        out += [neg - ph[a] - pl[b] for a, b in pairs]
+                    else:
+                        out += _abs_signed([(base + ph[a] + pl[b]) & _MASK32 for a, b in pairs])
+                return out
         hp = self._prefix.get(topic)
         if hp is None:
             if len(self._prefix) > _CACHE_LIMIT:
                 self._prefix.clear()
             hp = self._prefix[topic] = java_hash_unsigned(topic + "#")
+        if n > 64:
+            return None
         sc = self._scale.get(n)
         if sc is None:
             sc = self._scale[n] = (pow(31, n, 1 << 32), 48 * sum(31**i for i in range(n)) & _MASK32)
         try:
-            hks = map(int, map(bytes.translate, map(str.encode, keys, repeat("ascii")), repeat(_B31_FROM_48)), repeat(31))
+            keys = _keys_struct(n, count).unpack(blob)
+            hks = map(int, map(bytes.translate, keys, repeat(_B31_FROM_48)), repeat(31))
             unsigned = list(map(_MASK32.__and__, map((hp * sc[0] + sc[1]).__add__, hks)))
-        except (UnicodeEncodeError, ValueError):
+        except (struct.error, ValueError):
             return None
-        # abs of the signed value: u - 2^32 when bit 31 is set; MIN_VALUE's abs (2^31) masks to 0.
-        return [u if u < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF for u in unsigned]
+        return _abs_signed(unsigned)
 
 
 class IndexFile:
@@ -170,10 +222,11 @@ class IndexFile:
         self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
         self._fd = fd
         self.mm = mm
-        # The file as native int32s: put_key_hashes reads and writes slots by index (no buffer round per
-        # call, as struct's pack_into/unpack_from take), byte-swapping them to the file's big-endian in bulk.
-        self._ints = memoryview(mm).cast("i")
         self._entries_pos = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # The hash slots as native int32s: put_key_hashes reads and writes slots by index (no buffer round
+        # per call, as struct's pack_into/unpack_from take), byte-swapping them to the file's big-endian in
+        # bulk.
+        self._slots = memoryview(mm)[INDEX_HEADER_SIZE : self._entries_pos].cast("i")
         self.begin_timestamp = 0
         self.end_timestamp = 0
         self.begin_phy_offset = 0
@@ -348,12 +401,12 @@ class IndexFile:
         count = self.index_count
         if n > _MAX_RUN or count <= 1 or count + n > self.index_num or self.begin_timestamp <= 0:
             return False
-        slots = list(map(_SLOTS_AT.__add__, map(self.hash_slot_num.__rmod__, hashes)))  # int32 indexes
+        slots = list(map(self.hash_slot_num.__rmod__, hashes))
         if len(set(slots)) != n:
             return False  # a chain inside the run: each entry must see the one before it
-        ints = self._ints
+        view = self._slots
         native, big = _swap_structs(n)
-        prevs = big.unpack(native.pack(*map(ints.__getitem__, slots)))
+        prevs = big.unpack(native.pack(*map(view.__getitem__, slots)))
         if min(prevs) < 0 or max(prevs) >= count:
             return False  # a torn update or a bad slot: put_key_hash repairs those
         time_diff = (store_timestamp - self.begin_timestamp) // 1000
@@ -367,8 +420,7 @@ class IndexFile:
         flat[3::4] = prevs
         # Entries first, then the slots (as put_key_hash: a slot never points at an unwritten entry).
         _entries_struct(n).pack_into(self.mm, self._entries_pos + count * INDEX_SIZE, *flat)
-        for _ in map(ints.__setitem__, slots, native.unpack(big.pack(*range(count, count + n)))):
-            pass
+        any(map(view.__setitem__, slots, native.unpack(big.pack(*range(count, count + n)))))  # all None: runs them all
         self.hash_slot_count += prevs.count(INVALID_INDEX)
         self.index_count = count + n
         self.end_phy_offset = phy_offsets[-1]
@@ -451,7 +503,7 @@ class IndexFile:
             return
         self.commit_header()
         self._closed = True
-        self._ints.release()
+        self._slots.release()
         try:
             self.mm.close()
         except BufferError:
@@ -623,6 +675,25 @@ class IndexService:
         if phy_offsets[0] <= f.end_phy_offset:
             return False
         hashes = self.key_hasher.index_hashes(topic, uniq_keys)
+        if hashes is None:
+            return False
+        return f.put_key_hashes(hashes, phy_offsets, store_timestamp)
+
+    def build_index_uniq_column(
+        self, topic: str, phy_offsets: list[int], store_timestamp: int, sys_flag: int, column: list[bytes]
+    ) -> bool:
+        """build_index_uniq_run with the run's UNIQ_KEYs given as the batch's value column (UTF-8 bytes, all
+        of one length: see store.dispatch): hashed straight from the joined column when it is ASCII."""
+        files = self.index_file_list
+        if not files or sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            return False
+        f = files[-1]
+        if phy_offsets[0] <= f.end_phy_offset:
+            return False
+        blob = b"".join(column)
+        if not blob.isascii():
+            return False
+        hashes = self.key_hasher.index_hashes_ascii(topic, blob, len(column[0]), len(column))
         if hashes is None:
             return False
         return f.put_key_hashes(hashes, phy_offsets, store_timestamp)

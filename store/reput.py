@@ -53,6 +53,7 @@ _CREATE_AHEAD = 512  # pending records looked at for other queues needing a file
 
 
 _MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
+_MAX_GATHER = 64  # single records' index entries written as one run (bounds the run structs cached)
 
 
 @functools.lru_cache(maxsize=16)
@@ -193,19 +194,29 @@ class ReputMessageService:
     # ------------------------------------------------------------------------------ dispatch
 
     async def do_reput(self, budget: int, *, notify: bool) -> int:
-        """Dispatch up to `budget` records; awaits only to create a consume queue / index file."""
+        """Dispatch up to `budget` records; awaits only to create a consume queue / index file.
+
+        The UNIQ_KEY index entries of consecutive single records of one topic and store time (pipelined
+        sends, stored by one put) are gathered and written as one run (IndexFile.put_key_hashes), in
+        commit log order: the gathered ones go before any other index write and before every await."""
         store = self.store
         cl = store.commit_log
         pending = self._pending
         idx = store.index_service
         key_hash = idx.key_hasher.hash_unsigned if idx is not None else None
         listeners = store.arrival_listeners if notify else ()
+        cq_table = store.consume_queue_table
         max_off = cl.get_max_offset()
         done = 0
         last_topic: str | None = None
         last_qid = -1
         cq = None
         logics_ts = 0
+        # The gathered index entries: one topic and store time, UNIQ_KEY only, room for all in the file.
+        g_phys: list[int] = []
+        g_uniqs: list[str] = []
+        g_topic = ""
+        g_ts = 0
         try:
             while done < budget:
                 off = self.reput_from_offset
@@ -217,12 +228,17 @@ class ReputMessageService:
                         if done and done + len(rec[7]) > budget:
                             pending.appendleft(rec)  # runs go whole: the next slice takes it
                             break
-                        done += await self._dispatch_run(rec, listeners)
+                        if g_phys:
+                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                        n = self._dispatch_run_now(rec, listeners)
+                        if not n:  # a file to create first: the general way, which awaits
+                            n = await self._dispatch_run(rec, listeners)
+                            max_off = cl.get_max_offset()
+                            cq = None
+                        done += n
                         tran = rec[6] & _TRAN_MASK
                         if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
                             logics_ts = rec[5]
-                        max_off = cl.get_max_offset()
-                        cq = None
                         continue
                 else:
                     rec = self._read_record(off)
@@ -235,11 +251,16 @@ class ReputMessageService:
                 consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
                 if consumable:
                     if qid != last_qid or topic != last_topic or cq is None:
-                        cq = store.find_consume_queue(topic, qid)
+                        qmap = cq_table.get(topic)
+                        cq = qmap.get(qid) if qmap is not None else None
+                        if cq is None:
+                            cq = store.find_consume_queue(topic, qid)
                         last_topic = topic
                         last_qid = qid
                     files = cq.mapped_file_queue.mapped_files
                     if not files or files[-1].wrote_position >= files[-1].file_size:
+                        if g_phys:
+                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
@@ -258,22 +279,39 @@ class ReputMessageService:
                 if idx is not None:
                     files = idx.index_file_list
                     f = files[-1] if files else None
+                    if g_phys and (
+                        topic != g_topic or store_ts != g_ts or len(g_phys) >= _MAX_GATHER
+                        or f is None or f.index_num - f.index_count <= len(g_phys)
+                    ):
+                        _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                     if (
-                        uniq and not keys and f is not None and f.index_count < f.index_num
+                        uniq and not keys and f is not None and f.index_num - f.index_count > len(g_phys)
                         and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK
                     ):
-                        # _index_record's fast path inline (the common record: UNIQ_KEY only, room left).
-                        h = key_hash(topic, uniq)
-                        if h & 0x80000000:
-                            h = 0 if h == 0x80000000 else 0x100000000 - h
-                        f.put_key_hash(h, phy, store_ts)
+                        # The common record (UNIQ_KEY only, room left): gathered when the next record may
+                        # join it, else written now.
+                        if g_phys:
+                            g_phys.append(phy)
+                            g_uniqs.append(uniq)
+                        elif pending and len(nxt := pending[0]) != RUN_LEN and nxt[6] == store_ts and nxt[2] == topic:
+                            g_topic = topic
+                            g_ts = store_ts
+                            g_phys.append(phy)
+                            g_uniqs.append(uniq)
+                        else:
+                            h = key_hash(topic, uniq)  # type: ignore[misc]
+                            if h & 0x80000000:
+                                h = 0 if h == 0x80000000 else 0x100000000 - h
+                            f.put_key_hash(h, phy, store_ts)
                     else:
+                        if g_phys:
+                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         f = _index_file_with_room(idx, keys, uniq)
                         if f is None:
                             await self._roll_index(idx)
                             max_off = cl.get_max_offset()
                             f = idx.index_file_list[-1]
-                        _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)
+                        _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)  # type: ignore[arg-type]
                 if consumable and listeners:
                     for cb in listeners:
                         try:
@@ -283,12 +321,68 @@ class ReputMessageService:
                 self.reput_from_offset = off + size
                 done += 1
         finally:
+            if g_phys:
+                _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
             if logics_ts:
                 store.store_checkpoint.logics_msg_timestamp = logics_ts
             if idx is not None:
                 idx.commit_header()
             self.dispatched_count += done
         return done
+
+    def _dispatch_run_now(self, run: DispatchTuple, listeners: Any) -> int:
+        """_dispatch_run without a coroutine for the common run: its ConsumeQueue units follow the queue's
+        end in the current file, and (when indexing) the run's UNIQ_KEY column came with it (no KEYS) and
+        the index file has room for it. Returns 0, having done nothing, for anything else."""
+        store = self.store
+        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col = run
+        n = len(phys)
+        idx = store.index_service
+        if idx is not None:
+            files = idx.index_file_list
+            if uniq_col is None or not files or files[-1].index_num - files[-1].index_count < n:
+                return 0
+        tran = sys_flag & _TRAN_MASK
+        consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+        if consumable:
+            qmap = store.consume_queue_table.get(topic)
+            cq = qmap.get(qid) if qmap is not None else None
+            if cq is None or n > _MAX_CQ_RUN:
+                return 0
+            cq_files = cq.mapped_file_queue.mapped_files
+            if not cq_files:
+                return 0
+            cq_mf = cq_files[-1]
+            wp = cq_mf.wrote_position
+            if not (
+                qo0
+                and cq.max_physic_offset <= first
+                and cq_mf.file_from_offset + wp == qo0 * 20
+                and wp + 20 * n <= cq_mf.file_size
+            ):
+                return 0
+            flat: list[int] = [0] * (3 * n)
+            flat[0::3] = phys
+            flat[1::3] = sizes
+            flat[2::3] = tags_codes
+            _cq_units(n).pack_into(cq_mf.mm, wp, *flat)
+            cq_mf.wrote_position = wp + 20 * n
+            cq.max_physic_offset = end
+        if idx is not None and not idx.build_index_uniq_column(topic, phys, store_ts, sys_flag, uniq_col):
+            # Record by record (two keys of the run in one slot, a replay, a rollback, non-ASCII keys): the
+            # file has room for every key (checked above), so no roll.
+            key_hash = idx.key_hasher.hash_unsigned
+            f = idx.index_file_list[-1]
+            for phy, props in zip(phys, props_list, strict=True):
+                _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, None, props.get(_PROP_UNIQ), tran)
+        if consumable and listeners:
+            filters = store.arrival_run_filters
+            for cb in listeners:
+                wanted = filters.get(cb)
+                if wanted is None or wanted(topic, qid):
+                    _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
+        self.reput_from_offset = end
+        return n
 
     async def _dispatch_run(self, run: DispatchTuple, listeners: Any) -> int:
         """One batch's records (a run tuple, see store.dispatch): its ConsumeQueue units with one pack
@@ -297,7 +391,7 @@ class ReputMessageService:
         store = self.store
         loop = asyncio.get_running_loop()
         executor = store.alloc_executor
-        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, _ = run
+        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col = run
         n = len(phys)
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
@@ -329,7 +423,9 @@ class ReputMessageService:
                         await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0 + k)
                     cq.put_message_position_info(phys[k], sizes[k], tags_codes[k], qo0 + k)
         idx = store.index_service
-        if idx is not None:
+        if idx is not None and not (
+            uniq_col is not None and idx.build_index_uniq_column(topic, phys, store_ts, sys_flag, uniq_col)
+        ):
             uniqs = list(map(dict.get, props_list, repeat(_PROP_UNIQ)))
             keys_col = list(map(dict.get, props_list, repeat(_PROP_KEYS)))
             if any(keys_col) or not all(uniqs) or not idx.build_index_uniq_run(topic, phys, store_ts, sys_flag, uniqs):
@@ -439,6 +535,20 @@ def _notify_run(
         except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
             log.exception("arrival_listener_failed", topic=topic, queue_id=qid)
         k = n - afters.__length_hint__()  # past the record whose call failed
+
+
+def _index_gathered(
+    idx: IndexService, key_hash: Callable[[str, str], int], topic: str, store_ts: int, phys: list[int],
+    uniqs: list[str],
+) -> None:
+    """Write the gathered UNIQ_KEY entries (do_reput: one topic and store time, room for all in the last
+    file, after its end) as one run, or one by one when the run does not go in bulk; empties the lists."""
+    if len(phys) == 1 or not idx.build_index_uniq_run(topic, phys, store_ts, 0, uniqs):
+        f = idx.index_file_list[-1]
+        for phy, uniq in zip(phys, uniqs, strict=True):
+            _index_record(idx, f, key_hash, topic, phy, store_ts, 0, None, uniq, _TRAN_NOT)
+    phys.clear()
+    uniqs.clear()
 
 
 def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:

@@ -78,7 +78,7 @@ async def test_one_shape_batch_stores_what_the_list_stores(
     now = int(time.time() * 1000)
     for key in ("F00000000", "F00000005"):
         assert len(store.query_message("TopicTest", key, 32, 0, now + 1000).message_buffers) == 2
-    assert runs == [6]  # the batch's keys went in as one run (the list's one by one)
+    assert runs == [6, 6]  # the batch's keys went in as one run, the list's records gathered into one
 
 
 async def test_tags_code_hook_sees_every_batch_message(make_store: Callable[..., DefaultMessageStore]) -> None:
@@ -174,7 +174,11 @@ def test_index_hashes_match_one_by_one() -> None:
     assert got == want
     assert h.index_hashes("TopicA", ["abc", "abcd"]) is None  # two lengths
     assert h.index_hashes("TopicA", ["AB~", "ABC"]) is None  # not a base-31 key
-    assert h.index_hashes("TopicA", ["ÄBC", "ABC"]) is None  # not ASCII
+    odd = ["ÄBC", "ABC"]  # not ASCII: hashed one by one, the Java way
+    assert h.index_hashes("TopicA", odd) == [
+        0 if u == 0x80000000 else (0x100000000 - u if u & 0x80000000 else u)
+        for u in (java_hash_unsigned(f"TopicA#{k}") for k in odd)
+    ]
 
 
 def _index_file(path: Path, slots: int = 64, entries: int = 256) -> IndexFile:
@@ -345,3 +349,129 @@ def test_index_hashes_suffix_table_matches_one_by_one() -> None:
     assert h.index_hashes("T", odd) == want("T", odd)
     # A character outside the BMP (a surrogate pair in Java) in the suffix: not from the table.
     assert h.index_hashes("T", ["pre-\U0001f600abc", "pre-abcd"]) in (None, want("T", ["pre-\U0001f600abc", "pre-abcd"]))
+
+
+def _want_index_hashes(topic: str, keys: list[str]) -> list[int]:
+    out = []
+    for k in keys:
+        u = java_hash_unsigned(f"{topic}#{k}")
+        out.append(0 if u == 0x80000000 else (0x100000000 - u if u & 0x80000000 else u))
+    return out
+
+
+def test_index_hashes_ascii_by_prefix_stretches_and_near_the_sign_edges() -> None:
+    """A run whose prefix changes (a batch straddling a millisecond) hashes per stretch; prefixes whose
+    hash puts the run near 2^31 or 2^32 (mixed signs) take the per-key way: all as hashing each key."""
+    h = TopicKeyHasher()
+    base = "7F0000010E1C18B4AAC2"
+    keys = [f"{base}{t:08X}{(0xFFF0 + i) & 0xFFFF:04X}" for t, i in ((7, 0), (7, 1), (7, 2), (8, 3), (8, 4))]
+    assert h.index_hashes("TopicA", keys) == _want_index_hashes("TopicA", keys)
+    back = keys[:2] + keys[3:4] + keys[2:3]  # a prefix coming back: the per-key parse, same values
+    assert h.index_hashes("TopicA", back) == _want_index_hashes("TopicA", back)
+    blob = "".join(keys).encode()
+    assert h.index_hashes_ascii("TopicA", blob, len(keys[0]), len(keys)) == _want_index_hashes("TopicA", keys)
+    # Topics whose prefix hash lands within 2^22 of 2^31 / 2^32, and some anywhere.
+    edges = {"low": 0, "high": 0, "any": 0}
+    for i in range(200_000):
+        topic = f"T{i}"
+        b = java_hash_unsigned(f"{topic}#{base}00000007") * 31**4 & 0xFFFFFFFF
+        kind = "low" if 0x80000000 - (1 << 22) <= b <= 0x80000000 else (
+            "high" if b >= 0x100000000 - (1 << 22) else "any")
+        if edges[kind] >= 3:
+            continue
+        edges[kind] += 1
+        for start in (0, 0x7FFF, 0xFFE8):
+            ks = [f"{base}00000007{(start + j) & 0xFFFF:04X}" for j in range(32)]
+            ks.append(f"{base}00000007~{chr(127)}z ")  # any ASCII suffix hashes from the pair tables
+            assert h.index_hashes(topic, ks) == _want_index_hashes(topic, ks), (topic, start)
+        if min(edges.values()) >= 3:
+            break
+    assert min(edges.values()) >= 3
+
+
+async def test_uniq_column_travels_with_a_one_shape_batch(make_store: Callable[..., DefaultMessageStore]) -> None:
+    """A batch of one shape hands the dispatcher its UNIQ_KEY column (no per-record look-up); with KEYS it
+    does not, and both index every key."""
+    from store.commit_log import _uniq_column
+
+    tb = template_batch(5)
+    pieces, columns, _len = tb.properties_template  # type: ignore[misc]
+    assert _uniq_column(tb.properties_list[0], pieces, columns) is columns[0]
+    assert _uniq_column({**tb.properties_list[0], "KEYS": "k"}, pieces, columns) is None
+    assert _uniq_column(tb.properties_list[0], (b"XUNIQ_KEY\x01", pieces[1]), columns) is None
+    assert _uniq_column(tb.properties_list[0], (b"A\x01b\x02UNIQ_KEY\x01", pieces[1]), columns) is columns[0]
+    store = make_store()
+    await store.start()
+    for q in range(3):
+        (r,) = await store.put_many([template_batch(40, queue_id=q)])
+        assert r.status == PutMessageStatus.PUT_OK
+    assert await store.wait_dispatched(5)
+    now = int(time.time() * 1000)
+    for key in ("F00000000", "F00000027", "F00000013"):
+        assert len(store.query_message("TopicTest", key, 8, 0, now + 1000).message_buffers) == 3
+    assert [store.get_max_offset_in_queue("TopicTest", q) for q in range(3)] == [40, 40, 40]
+
+
+def _index_entries(store: DefaultMessageStore) -> tuple[list[tuple[int, int, int]], bytes]:
+    """(key hash, phy offset, previous index) of every entry, and the hash slots, of the store's index."""
+    import struct
+
+    f = store.index_service.index_file_list[-1]  # type: ignore[union-attr]
+    pos = f._entries_pos
+    entries = [(h, phy, prev) for h, phy, _td, prev in (
+        struct.unpack_from(">iqii", f.mm, pos + k * 20) for k in range(1, f.index_count))]
+    return entries, bytes(f.mm[40:pos])
+
+
+async def test_single_records_index_gathered_as_the_one_by_one_path(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pipelined single sends: the UNIQ_KEY entries of consecutive records of one topic are written as
+    one run; records with KEYS, other topics, rollbacks and keyless ones break the run. The entries and
+    slots are those of indexing record by record, in commit log order."""
+
+    def units() -> list[list[object]]:
+        out: list[list[object]] = []
+        for i in range(40):
+            topic = "TopicB" if i in (7, 8, 30) else "TopicTest"
+            if i == 12:
+                out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", keys="k1 k2")])
+            elif i == 20:
+                out.append([make_msg(topic=topic)])  # no keys at all
+            elif i == 25:
+                out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}",
+                                     sys_flag=MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)])
+            else:
+                out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", queue_id=i % 4)])
+        return out
+
+    runs: list[int] = []
+    put_key_hashes = IndexFile.put_key_hashes
+
+    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
+        ok = put_key_hashes(self, hashes, phys, ts)
+        runs.append(len(hashes) if ok else 0)
+        return ok
+
+    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    stores = []
+    for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
+        store = make_store(root)
+        await store.start()
+        with monkeypatch.context() as mp:
+            if not bulk:
+                mp.setattr(type(store.index_service), "build_index_uniq_run", lambda *a, **k: False)
+            for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
+                rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
+                assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
+            assert await store.wait_dispatched(5)
+        stores.append(store)
+    assert runs and min(runs) > 1 and sum(runs) > 25  # gathered runs in the first store only
+    a, b = (_index_entries(s) for s in stores)
+    assert a == b and len(a[0]) == 40 - 2 + 2  # rollback and keyless: none; KEYS record: three
+    now = int(time.time() * 1000)
+    for i in (0, 6, 7, 9, 15, 16, 31, 39):
+        topic = "TopicB" if i in (7, 8, 30) else "TopicTest"
+        got = stores[0].query_message(topic, f"7F000001AAAA0000{i:04X}", 4, 0, now + 1000)
+        assert len(got.message_buffers) == 1, i
+    assert len(stores[0].query_message("TopicTest", "k2", 4, 0, now + 1000).message_buffers) == 1
