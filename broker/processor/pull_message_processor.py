@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker import mix_all
-from broker.filter import ExpressionMessageFilter, SubscriptionParseError, is_tag_type
+from broker.filter import EXPRESSION_TYPE_TAG, ExpressionMessageFilter, SubscriptionParseError
 from broker.longpolling.pull_request_hold_service import PullRequest
 from broker.mix_all import PullSysFlag
 from broker.processor.common import BadRequest, await_dispatch, decode_header, now_ms, parse_host, reply
@@ -28,6 +28,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import RequestContext
 from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from remoting.message import MessageConst, PermName, encode_properties, java_string_hash
+from store.config import BrokerRole
 from store.message import MessageExtBrokerInner
 from store.results import GetMessageResult, GetMessageStatus
 
@@ -47,6 +48,16 @@ _STATUS_CODE: dict[GetMessageStatus, int] = {
     S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
 
+
+# Plain values of what the hot path tests per pull (PermName.is_readable, PullSysFlag.has_*_flag,
+# GetMessageStatus.value as the remark).
+_PERM_READ = PermName.PERM_READ
+_FLAG_COMMIT_OFFSET = PullSysFlag.FLAG_COMMIT_OFFSET
+_FLAG_SUSPEND = PullSysFlag.FLAG_SUSPEND
+_FLAG_SUBSCRIPTION = PullSysFlag.FLAG_SUBSCRIPTION
+_REMARKS: dict[GetMessageStatus, str] = {s: s.value for s in GetMessageStatus}
+_FOUND_REMARK = GetMessageStatus.FOUND.value
+_GROUP_TOPIC_PREFIXES = (mix_all.RETRY_GROUP_TOPIC_PREFIX, mix_all.DLQ_GROUP_TOPIC_PREFIX)
 
 _FILTER_CACHE_MAX = 4096
 _AWAIT_DISPATCH = object()  # _process: "retry once the store has dispatched recent writes"
@@ -153,9 +164,11 @@ class PullMessageProcessor:
         broker_allow_suspend: bool,
         dispatch_checked: bool = False,
     ) -> Any:
+        # Every pull runs this twice when it is held (here, and again on wake-up): the checks are
+        # RocketMQ's, in its order, written with plain bit tests and identity compares.
         c = self.c
         bc = c.broker_config
-        if not PermName.is_readable(bc.brokerPermission):
+        if not bc.brokerPermission & _PERM_READ:
             return reply(ResponseCode.NO_PERMISSION, f"the broker[{bc.brokerIP1}] pulling message is forbidden")
 
         sgc = c.subscription_group_manager.find_subscription_group_config(h.consumer_group)
@@ -168,90 +181,95 @@ class PullMessageProcessor:
         if not sgc.consume_enable:
             return reply(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
 
-        has_suspend = PullSysFlag.has_suspend_flag(h.sys_flag)
-        has_commit = PullSysFlag.has_commit_offset_flag(h.sys_flag)
-        has_subscription = PullSysFlag.has_subscription_flag(h.sys_flag)
-        suspend_timeout = h.suspend_timeout_millis if has_suspend else 0
+        sys_flag = h.sys_flag
+        has_suspend = sys_flag & _FLAG_SUSPEND
 
-        tc = c.topic_config_manager.select_topic_config(h.topic)
+        topic = h.topic
+        queue_id = h.queue_id
+        tc = c.topic_config_manager.select_topic_config(topic)
         if tc is None:
-            return reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
-        if not PermName.is_readable(tc.perm):
-            return reply(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
-        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tc.perm & _PERM_READ:
+            return reply(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
             return reply(
                 ResponseCode.SYSTEM_ERROR,
-                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{tc.read_queue_nums}] consumer:[{ctx.remote_addr}]",
             )
 
-        message_filter = self._message_filter(h, has_subscription)
-        if not is_tag_type(message_filter.expression_type):
+        message_filter = self._message_filter(h, bool(sys_flag & _FLAG_SUBSCRIPTION))
+        et = message_filter.expression_type
+        if et is not None and et != "" and et != EXPRESSION_TYPE_TAG:  # is_tag_type
             # SQL92 property filtering is not implemented yet: refuse rather than deliver unfiltered.
             return reply(ResponseCode.SYSTEM_ERROR,
                          f"The broker does not support consumer to filter message by {message_filter.expression_type}")
 
+        commit = broker_allow_suspend and sys_flag & _FLAG_COMMIT_OFFSET
         store = c.message_store
         if h.queue_offset < 0:
             # RocketMQ lets the store report OFFSET_TOO_SMALL; say it plainly and point at the queue start.
-            min_off = max(0, store.get_min_offset_in_queue(h.topic, h.queue_id))
-            max_off = max(0, store.get_max_offset_in_queue(h.topic, h.queue_id))
+            min_off = max(0, store.get_min_offset_in_queue(topic, queue_id))
+            max_off = max(0, store.get_max_offset_in_queue(topic, queue_id))
             ext = PullMessageResponseHeader(
                 suggest_which_broker_id=mix_all.MASTER_ID, next_begin_offset=min_off, min_offset=min_off,
                 max_offset=max_off,
             ).encode()
-            self._commit(ctx, h, has_commit and broker_allow_suspend)
+            self._commit(ctx, h, commit)
             return reply(ResponseCode.PULL_OFFSET_MOVED, f"pull offset {h.queue_offset} is negative", ext)
 
-        result = store.get_message(
-            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, message_filter
-        )
+        result = store.get_message(h.consumer_group, topic, queue_id, h.queue_offset, h.max_msg_nums, message_filter)
         status = result.status
-        if status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE):
-            code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        else:
-            code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
 
         response: RemotingCommand | None
-        if code == ResponseCode.SUCCESS:
+        if status is S.FOUND:
             body = result.body()
             result.release()
-            c.broker_stats.inc_get(h.consumer_group, h.topic, result.message_count, len(body))
-            response = reply(code, status.value, self._response_ext(result, sgc), body)
-        elif (
-            code == ResponseCode.PULL_NOT_FOUND
-            and not has_suspend
-            and not dispatch_checked
-            and store.dispatch_behind_bytes() > 0
-        ):
-            return _AWAIT_DISPATCH
-        elif (
-            code == ResponseCode.PULL_OFFSET_MOVED
-            and not dispatch_checked
-            and h.queue_offset > result.max_offset
-            and store.dispatch_behind_bytes() > 0
-        ):
-            # Beyond the queue's end only because acknowledged writes are not dispatched yet (a
-            # reader that pulls right after its sends were answered): wait for them, do not move it.
-            return _AWAIT_DISPATCH
-        elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
-            polling = suspend_timeout if bc.longPollingEnable else bc.shortPollingTimeMills
-            req = PullRequest(ctx, cmd, h.topic, h.queue_id, h.queue_offset, message_filter, polling, h)
-            if c.pull_request_hold_service.suspend_pull_request(req):
-                response = None
-            else:
-                response = reply(
-                    ResponseCode.SYSTEM_BUSY,
-                    f"too many pull requests held ({c.pull_request_hold_service.held}); retry later",
-                )
+            c.broker_stats.inc_get(h.consumer_group, topic, result.message_count, len(body))
+            response = reply(ResponseCode.SUCCESS, _FOUND_REMARK, self._response_ext(result, sgc), body)
         else:
-            response = reply(code, status.value, self._response_ext(result, sgc))
-            if code == ResponseCode.PULL_OFFSET_MOVED:
-                log.info("pull_offset_moved", topic=h.topic, group=h.consumer_group, queue_id=h.queue_id,
-                         request_offset=h.queue_offset, new_offset=result.next_begin_offset, status=status.value)
-                self.generate_offset_moved_event(h, result.next_begin_offset)
+            if status is S.NO_MATCHED_LOGIC_QUEUE or status is S.NO_MESSAGE_IN_QUEUE:
+                code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+            else:
+                code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+            if code == ResponseCode.PULL_NOT_FOUND and not has_suspend and not dispatch_checked \
+                    and store.dispatch_behind_bytes() > 0:
+                return _AWAIT_DISPATCH
+            if (
+                code == ResponseCode.PULL_OFFSET_MOVED
+                and not dispatch_checked
+                and h.queue_offset > result.max_offset
+                and store.dispatch_behind_bytes() > 0
+            ):
+                # Beyond the queue's end only because acknowledged writes are not dispatched yet (a
+                # reader that pulls right after its sends were answered): wait for them, do not move it.
+                return _AWAIT_DISPATCH
+            if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
+                polling = h.suspend_timeout_millis if bc.longPollingEnable else bc.shortPollingTimeMills
+                req = PullRequest(ctx, cmd, topic, queue_id, h.queue_offset, message_filter, polling, h)
+                hold = c.pull_request_hold_service
+                if hold.suspend_pull_request(req):
+                    response = None
+                    if status is S.NO_MATCHED_LOGIC_QUEUE and not topic.startswith(_GROUP_TOPIC_PREFIXES):
+                        # A consumer waits on a queue that never had a message: have its consume queue
+                        # file made now, not by the dispatcher when the first message comes (every
+                        # group's %RETRY% queue is pulled too: those keep Java's file-on-first-message).
+                        prepare = getattr(store, "prepare_consume_queue", None)
+                        if prepare is not None:
+                            prepare(topic, queue_id)
+                else:
+                    response = reply(
+                        ResponseCode.SYSTEM_BUSY, f"too many pull requests held ({hold.held}); retry later"
+                    )
+            else:
+                response = reply(code, _REMARKS[status], self._response_ext(result, sgc))
+                if code == ResponseCode.PULL_OFFSET_MOVED:
+                    log.info("pull_offset_moved", topic=topic, group=h.consumer_group, queue_id=queue_id,
+                             request_offset=h.queue_offset, new_offset=result.next_begin_offset,
+                             status=status.value)
+                    self.generate_offset_moved_event(h, result.next_begin_offset)
 
-        self._commit(ctx, h, has_commit and broker_allow_suspend)
+        self._commit(ctx, h, commit)
         return response
 
     def _response_ext(self, result: GetMessageResult, sgc: Any) -> dict[str, str]:
@@ -267,8 +285,8 @@ class PullMessageProcessor:
             "maxOffset": str(result.max_offset),
         }
 
-    def _commit(self, ctx: RequestContext, h: PullMessageRequestHeader, enabled: bool) -> None:
-        if enabled and self.c.store_config.brokerRole.value != "SLAVE":
+    def _commit(self, ctx: RequestContext, h: PullMessageRequestHeader, enabled: Any) -> None:
+        if enabled and self.c.store_config.brokerRole is not BrokerRole.SLAVE:
             self.c.consumer_offset_manager.commit_offset(
                 ctx.remote_addr, h.consumer_group, h.topic, h.queue_id, h.commit_offset
             )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
 import time
 from collections.abc import Callable
@@ -94,6 +95,60 @@ class ListenerInvoker:
 
 
 _STATUS_TYPES = (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus)
+_SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+
+class _Started:
+    """A listener call started outside a worker (ConsumeMessageConcurrentlyService._consume_now) that
+    waits on `waiting_on` (what the coroutine yielded: a future, or None for a bare yield); it runs in
+    `context`, as a Task's coroutine runs in the Task's."""
+
+    __slots__ = ("coro", "waiting_on", "context")
+
+    def __init__(self, coro: Any, waiting_on: Any, context: contextvars.Context) -> None:
+        self.coro = coro
+        self.waiting_on = waiting_on
+        self.context = context
+
+
+class _Wait:
+    """Awaitable: wait, as the running Task, until what a hand-driven coroutine yielded is done --
+    without taking its result (the coroutine takes it itself when resumed), as Task.__step waits."""
+
+    __slots__ = ("waiting_on",)
+
+    def __init__(self, waiting_on: Any) -> None:
+        self.waiting_on = waiting_on
+
+    def __await__(self) -> Any:
+        fut = self.waiting_on
+        if fut is None:
+            yield  # a bare yield (asyncio.sleep(0)): one loop turn
+        elif not fut.done():
+            fut._asyncio_future_blocking = True
+            yield fut
+
+
+async def _finish_started(started: _Started) -> None:
+    """Drive a coroutine started by hand to its end from the calling Task (what a Task of its own would
+    have done after its first step), in the coroutine's own context; a cancellation of the calling Task
+    is passed into the coroutine."""
+    coro = started.coro
+    run = started.context.run
+    waiting_on = started.waiting_on
+    while True:
+        try:
+            await _Wait(waiting_on)
+        except BaseException as e:  # noqa: BLE001 - the Task's cancellation: into the coroutine, as Task.__step does
+            try:
+                waiting_on = run(coro.throw, e)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting_on = run(coro.send, None)
+        except StopIteration:
+            return
 
 
 def _now_ms() -> int:
@@ -110,6 +165,7 @@ class _ServiceBase:
         self._timers: set[asyncio.TimerHandle] = set()
         self._aux: list[asyncio.Task[None]] = []
         self.stopped = False
+        self._idle = 0  # workers waiting for work
         self.consume_ok = 0
         self.consume_failed = 0
         self._warned_none = False
@@ -182,31 +238,68 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if not msgs or pq.dropped:
             return
         pq.pending.extend(msgs)
-        self._mark_ready(mq, pq)
+        if self._idle > self._ready.qsize() and not pq.ready and self.invoker.is_async and not self.stopped:
+            self._consume_now(mq, pq)
+        else:
+            self._mark_ready(mq, pq)
 
     def _mark_ready(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         if pq.pending and not pq.ready and not pq.dropped and not self.stopped:
             pq.ready = True
             self._ready.put_nowait((mq, pq))
 
+    def _take_batch(self, mq: MessageQueue, pq: ProcessQueue, batch_size: int) -> list[MessageExt]:
+        pending = pq.pending
+        if batch_size >= len(pending):  # all of it (a pull answer fits one listener batch)
+            msgs = list(pending)
+            pending.clear()
+        else:
+            msgs = [pending.popleft() for _ in range(batch_size)]
+        self._mark_ready(mq, pq)  # more waiting: back of the line (fair across queues)
+        return msgs
+
+    def _consume_now(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """A worker is idle: start the (async) listener call right here, in the pull answer's callback,
+        instead of waking the worker with it -- no queue hand-off and no loop turn between the answer
+        and the listener. A call that completes without waiting (the usual listener) costs nothing
+        more; one that has to wait is handed, as it stands, to an idle worker, which continues it:
+        at most consume_thread_max listener calls still run at once."""
+        msgs = self._take_batch(mq, pq, self.consumer.consume_message_batch_max_size)
+        coro = self.consume_request(msgs, pq, mq)
+        context = contextvars.copy_context()  # the call's own, as a Task's (nothing leaks into the read path)
+        try:
+            waiting_on = context.run(coro.send, None)
+        except StopIteration:
+            return
+        except (Exception, asyncio.CancelledError):
+            log.exception("consume_request_failed", group=self.group, mq=str(mq))
+            return
+        self._ready.put_nowait(_Started(coro, waiting_on, context))  # type: ignore[arg-type]
+
     async def _worker(self) -> None:
         batch_size = self.consumer.consume_message_batch_max_size
         while True:
-            item = await self._ready.get()
+            self._idle += 1
+            try:
+                item = await self._ready.get()
+            finally:
+                self._idle -= 1
             if item is None or self.stopped:
                 return
-            mq, pq = item
+            if item.__class__ is _Started:
+                try:
+                    await _finish_started(item)  # type: ignore[arg-type]
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consume_request_failed", group=self.group)
+                continue
+            mq, pq = item  # type: ignore[misc]
             pq.ready = False
             if pq.dropped:
                 pq.pending.clear()
                 continue
-            pending = pq.pending
-            if batch_size >= len(pending):  # all of it (a pull answer fits one listener batch)
-                msgs = list(pending)
-                pending.clear()
-            else:
-                msgs = [pending.popleft() for _ in range(batch_size)]
-            self._mark_ready(mq, pq)  # more waiting: back of the line (fair across queues)
+            msgs = self._take_batch(mq, pq, batch_size)
             try:
                 await self.consume_request(msgs, pq, mq)
             except asyncio.CancelledError:
@@ -224,8 +317,14 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         self._mark_consume_start(msgs)
         status: Any = None
         raised = False
+        invoker = self.invoker
         try:
-            status = await self.invoker(list(msgs), context)
+            if invoker.is_async:  # ListenerInvoker.__call__ inlined: one coroutine less per call
+                status = await invoker.fn(list(msgs), context)
+                if type(status) not in _STATUS_TYPES and inspect.isawaitable(status):
+                    status = await status
+            else:
+                status = await invoker(list(msgs), context)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -244,10 +343,16 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         elif not isinstance(status, ConsumeConcurrentlyStatus):
             log.warning("listener_returned_unknown_status", group=self.group, status=repr(status))
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if not pq.dropped:
-            await self.process_consume_result(status, context, msgs, pq, mq)
-        else:
+        if pq.dropped:
             log.warning("consume_result_dropped_queue", group=self.group, mq=str(mq), msgs=len(msgs))
+        elif status is _SUCCESS and msgs and context.ack_index >= len(msgs) - 1:
+            # process_consume_result's all-acknowledged case, without its coroutine
+            self.consume_ok += len(msgs)
+            offset = pq.remove_messages(msgs)
+            if offset >= 0 and not pq.dropped:
+                self.consumer.offset_store.update_offset(mq, offset, True)
+        else:
+            await self.process_consume_result(status, context, msgs, pq, mq)
 
     async def process_consume_result(
         self,

@@ -10,10 +10,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import msgpack
 
 from remoting.body import SubscriptionData
-from remoting.command import RemotingCommand
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand, SerializeType
+from remoting.connection import ResponseEntry
 from remoting.headers import PullMessageRequestHeader
 from remoting.message import MessageConst, add_properties, decode_messages
 
@@ -34,17 +38,75 @@ RawPullCallback = Callable[[PullResult | None, bytes | None, BaseException | Non
 
 _MAX_TARGETS = 65536  # bound on per-queue pull state (one per pulled queue)
 
+_MSGPACK = SerializeType.MSGPACK
+_PULL_MESSAGE = int(RequestCode.PULL_MESSAGE)
+_PACK = msgpack.Packer(use_bin_type=True).pack
+# The per-pull entries of the header, first in its packed map (the rest is the queue's cached piece).
+_PER_PULL = ("queueOffset", "sysFlag", "commitOffset")
+_K_QUEUE_OFFSET, _K_SYS_FLAG, _K_COMMIT_OFFSET = (_PACK(k) for k in _PER_PULL)
+
 
 class _PullTarget:
     """Per queue: the broker id the last answer suggested (pullFromWhichNodeTable) and the request
-    header template. One record, so a pull looks its queue up once."""
+    header template (as a dict, and as the packed msgpack map's head without the per-pull entries).
+    One record, so a pull looks its queue up once."""
 
-    __slots__ = ("which_node", "key", "template")
+    __slots__ = ("which_node", "key", "template", "packed_head", "packed")
 
     def __init__(self) -> None:
         self.which_node = MASTER_ID
         self.key: tuple[object, ...] | None = None
         self.template: dict[str, str] = {}
+        self.packed_head = b""
+        self.packed = b""
+
+
+class _PullEntry(ResponseEntry):
+    """One long-polling pull in flight, its own response handler: with a MSGPACK peer the request goes
+    out as cached header bytes plus the three per-pull entries (RemotingConnection.invoke_entry_packed),
+    so a pull builds no header dict, RemotingCommand, callback closures or pending record. `sd` set:
+    the answer's messages are decoded and processed (callback(result, exc)); None: raw
+    (callback(result, body, exc))."""
+
+    __slots__ = ("wrapper", "target", "addr", "sd", "callback")
+
+    def __init__(
+        self, wrapper: PullAPIWrapper, target: _PullTarget, addr: str, sd: SubscriptionData | None, callback: Any
+    ) -> None:
+        self.wrapper = wrapper
+        self.target = target
+        self.addr = addr
+        self.sd = sd
+        self.callback = callback
+
+    def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
+        callback = self.callback
+        self.callback = None  # a finished entry may wait in the time-out FIFO: keep it small
+        sd = self.sd
+        if exc is None:
+            try:
+                result = self.wrapper.instance.api.process_pull_response(response, self.addr, decode=False)  # type: ignore[arg-type]
+            except Exception as e:  # an error code from the broker, a bad header
+                if sd is None:
+                    callback(None, None, e)
+                else:
+                    callback(None, e)
+                return
+            self.target.which_node = result.suggest_which_broker_id
+            body = response.body if result.status is PullStatus.FOUND else None  # type: ignore[union-attr]
+            if sd is None:
+                callback(result, body, None)
+                return
+            try:
+                result = self.wrapper.decode_raw(result, body, sd)
+            except Exception as e:  # a corrupt body
+                callback(None, e)
+                return
+            callback(result, None)
+        elif sd is None:
+            callback(None, None, exc)
+        else:
+            callback(None, exc)
 
 
 class PullAPIWrapper:
@@ -119,22 +181,8 @@ class PullAPIWrapper:
         is unknown or its connection is not open and writable -- the caller falls back to pull_kernel.
         Else `callback(result, None)` (processed as pull_kernel's) or `callback(None, error)` runs
         once, from the connection's read path."""
-
-        def on_raw(result: PullResult | None, body: bytes | None, exc: BaseException | None) -> None:
-            if exc is None:
-                try:
-                    result = self.decode_raw(result, body, sd)  # type: ignore[arg-type]  # (result is set without exc)
-                except Exception as e:  # a corrupt body
-                    callback(None, e)
-                    return
-                callback(result, None)
-            else:
-                callback(None, exc)
-
-        return self.pull_kernel_nowait_raw(
-            mq, sd, offset, max_nums, on_raw, commit_offset=commit_offset, commit_enable=commit_enable,
-            suspend_timeout_ms=suspend_timeout_ms, timeout_ms=timeout_ms,
-        )
+        return self._send_nowait(mq, sd, offset, max_nums, callback, sd, commit_offset, commit_enable,
+                                 suspend_timeout_ms, timeout_ms)
 
     def pull_kernel_nowait_raw(
         self,
@@ -152,48 +200,40 @@ class PullAPIWrapper:
         """pull_kernel_nowait leaving the body undecoded: `callback(result, body, None)`, where `result`
         has no messages yet (decode_raw makes them, e.g. after the next pull went out), or
         `callback(None, None, error)`. False: nothing sent."""
+        return self._send_nowait(mq, sd, offset, max_nums, callback, None, commit_offset, commit_enable,
+                                 suspend_timeout_ms, timeout_ms)
+
+    def _send_nowait(
+        self, mq: MessageQueue, sd: SubscriptionData, offset: int, max_nums: int, callback: Any,
+        decode_sd: SubscriptionData | None, commit_offset: int, commit_enable: bool, suspend_timeout_ms: int,
+        timeout_ms: float,
+    ) -> bool:
         target = self._target(mq)
-        found = self._nowait_request(mq, sd, offset, max_nums, commit_offset, commit_enable, suspend_timeout_ms, target)
+        found = self.instance.find_broker_address_in_subscribe(mq.broker_name, target.which_node, False)
         if found is None:
             return False
-        addr, ext = found
-        api = self.instance.api
-
-        def on_response(response: RemotingCommand | None, exc: BaseException | None) -> None:
-            if exc is None:
-                try:
-                    result = api.process_pull_response(response, addr, decode=False)  # type: ignore[arg-type]
-                except Exception as e:  # an error code from the broker, a bad header
-                    callback(None, None, e)
-                    return
-                target.which_node = result.suggest_which_broker_id
-                callback(result, response.body if result.status is PullStatus.FOUND else None, None)  # type: ignore[union-attr]
-            else:
-                callback(None, None, exc)
-
-        return api.pull_message_callback_nowait(addr, ext, timeout_ms, on_response)
+        addr, is_slave = found
+        sys_flag = PullSysFlag.build(commit_enable and not is_slave, True, True, sd.class_filter_mode)
+        entry = _PullEntry(self, target, addr, decode_sd, callback)
+        remoting = self.instance.api.remoting
+        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms, target)
+        if target.packed and remoting.addr_serialize_types.get(addr, remoting.serialize_type) is _MSGPACK:
+            # (serialize_type_for, inlined) the header's map: the per-pull entries first, then the queue's
+            # cached bytes (a constant tail, as a pipelined send's: a decoder can look it up by its bytes)
+            ext_parts = (target.packed_head, _K_QUEUE_OFFSET, _PACK(str(offset)), _K_SYS_FLAG, _PACK(str(sys_flag)),
+                         _K_COMMIT_OFFSET, _PACK(str(commit_offset)), target.packed)
+            return remoting.invoke_entry_packed_nowait(addr, entry, _PULL_MESSAGE, ext_parts, b"", timeout_ms)
+        ext = ext.copy()
+        ext["queueOffset"] = str(offset)
+        ext["sysFlag"] = str(sys_flag)
+        ext["commitOffset"] = str(commit_offset)
+        return self.instance.api.pull_message_callback_nowait(addr, ext, timeout_ms, entry.on_response)
 
     def decode_raw(self, result: PullResult, body: bytes | None, sd: SubscriptionData) -> PullResult:
         """The messages of a pull_kernel_nowait_raw answer, processed as pull_kernel's (tag re-check,
         MIN/MAX_OFFSET properties). Raises ValueError on a corrupt body."""
         result.messages = decode_messages(body, decompress_body=True) if body else []
         return self._process_messages(result, sd)
-
-    def _nowait_request(
-        self, mq: MessageQueue, sd: SubscriptionData, offset: int, max_nums: int, commit_offset: int,
-        commit_enable: bool, suspend_timeout_ms: int, target: _PullTarget,
-    ) -> tuple[str, dict[str, str]] | None:
-        """(broker address, request header) of a long-polling pull, or None when the address is unknown."""
-        found = self.instance.find_broker_address_in_subscribe(mq.broker_name, target.which_node, False)
-        if found is None:
-            return None
-        addr, is_slave = found
-        sys_flag = PullSysFlag.build(commit_enable and not is_slave, True, True, sd.class_filter_mode)
-        ext = self._header_template(mq, sd, max_nums, suspend_timeout_ms, target).copy()
-        ext["queueOffset"] = str(offset)
-        ext["sysFlag"] = str(sys_flag)
-        ext["commitOffset"] = str(commit_offset)
-        return addr, ext
 
     def _header_template(
         self, mq: MessageQueue, sd: SubscriptionData, max_nums: int, suspend_timeout_ms: int,
@@ -218,6 +258,12 @@ class PullAPIWrapper:
         ).encode()
         t.key = key
         t.template = tmpl
+        fixed = {k: v for k, v in tmpl.items() if k not in _PER_PULL}
+        n = len(fixed) + len(_PER_PULL)
+        # The fixed entries, packed (without their map header: the request's map has n entries, n <= 15
+        # for a fixmap); b"": the dict path.
+        t.packed = _PACK(fixed)[1:] if n <= 15 else b""
+        t.packed_head = bytes((0x80 | n,)) if n <= 15 else b""
         return tmpl
 
     def process_pull_result(

@@ -382,3 +382,37 @@ async def test_reads_right_after_an_acknowledged_send_see_it(broker: BrokerHarne
             p = await h.call(pull("RYW", 0, i, sys_flag=0x4))
             assert p.code == ResponseCode.SUCCESS, (i, p.code, p.remark)
             assert [m.body for m in decode_messages(p.body)] == [f"m{i}".encode()]
+
+
+async def test_held_pull_on_a_new_queue_has_its_consume_queue_file_made_before_the_first_message(
+    broker: BrokerHarness,
+) -> None:
+    """Dispatch is one task: creating a new queue's file when its first message comes stalled every
+    queue. A consumer already waiting on the queue has the file made while it waits."""
+    h = broker
+    make_topic(h, "NewQ", queues=2)
+    make_topic(h, "%RETRY%G", queues=1)
+    store = h.controller.message_store
+    fut = await h.client.invoke_future(h.addr, pull("NewQ", 1, 0, suspend_ms=10000), 15000)
+    retry = await h.client.invoke_future(h.addr, pull("%RETRY%G", 0, 0, suspend_ms=10000), 15000)
+    for _ in range(100):
+        cq = store.get_consume_queue("NewQ", 1)
+        if cq is not None and cq.mapped_file_queue.mapped_files:
+            break
+        await asyncio.sleep(0.02)
+    assert cq is not None and len(cq.mapped_file_queue.mapped_files) == 1
+    assert store.get_consume_queue("NewQ", 0) is None  # nobody waits there
+    retry_cq = store.get_consume_queue("%RETRY%G", 0)
+    assert retry_cq is None or not retry_cq.mapped_file_queue.mapped_files  # group topics: file on first message
+    assert not fut.done() and not retry.done()  # both held
+    await h.call(send_v1("NewQ", b"first", queue_id=1))
+    p = await asyncio.wait_for(fut, 5)
+    assert p.code == ResponseCode.SUCCESS
+    assert [(m.body, m.queue_offset) for m in decode_messages(p.body)] == [(b"first", 0)]
+    assert len(cq.mapped_file_queue.mapped_files) == 1  # the dispatcher used it, made no other
+    # Once a message was put, the dispatcher makes what it needs: nothing is ordered any more.
+    assert store.prepare_consume_queue("NewQ", 1) is False
+    await h.call(send_v1("NewQ", b"x", queue_id=0))
+    await dispatched(h)
+    assert store.prepare_consume_queue("NewQ", 0) is False
+    retry.cancel()

@@ -244,3 +244,145 @@ async def test_concurrent_failures_are_sent_back_or_retried_locally(
         assert pq.msg_count == 0
     finally:
         await svc.shutdown(0.1)
+
+
+async def test_concurrent_listener_starts_in_the_submitting_call_when_a_worker_is_idle() -> None:
+    """An async listener that does not wait runs inside submit_consume_request (the pull answer's
+    callback): no hand-off to a worker, no loop turn before the listener."""
+    import asyncio
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    consumer = FakePushConsumer(True)
+    consumer.consume_message_batch_max_size = 32
+    calls: list[list[int]] = []
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        calls.append([m.queue_offset for m in msgs])
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    await asyncio.sleep(0)  # the workers park on the ready queue
+    mq = MessageQueue("T", "b", 0)
+    pq = ProcessQueue()
+    try:
+        ms = [msg(i) for i in range(3)]
+        pq.put_messages(ms)
+        svc.submit_consume_request(ms, pq, mq)
+        assert calls == [[0, 1, 2]] and consumer.offset_store.table[mq] == 3 and pq.msg_count == 0
+    finally:
+        await svc.shutdown(0.1)
+
+
+async def test_concurrent_listener_that_waits_is_finished_by_a_worker_within_the_thread_bound() -> None:
+    """A listener call started in the submitting call that has to wait is continued by an idle worker:
+    at most consume_thread_max calls run at once, and each still completes and commits."""
+    import asyncio
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    consumer = FakePushConsumer(True)  # consume_thread_max = 2, one message per call
+    gate = asyncio.Event()
+    running = 0
+    peak = 0
+    done: list[int] = []
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await gate.wait()
+        await asyncio.sleep(0)  # a bare yield too
+        running -= 1
+        done.append(msgs[0].queue_offset)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    await asyncio.sleep(0)
+    queues = [(MessageQueue("T", "b", q), ProcessQueue()) for q in range(4)]
+    try:
+        for q, (mq, pq) in enumerate(queues):
+            ms = [msg(10 * q)]
+            pq.put_messages(ms)
+            svc.submit_consume_request(ms, pq, mq)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert running == 2 and peak == 2
+        gate.set()
+        for _ in range(100):
+            if len(done) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(done) == [0, 10, 20, 30] and peak == 2
+        assert [consumer.offset_store.table[mq] for mq, _ in queues] == [1, 11, 21, 31]
+    finally:
+        await svc.shutdown(0.1)
+
+
+async def test_started_listener_call_is_cancelled_with_its_worker_at_shutdown() -> None:
+    import asyncio
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    consumer = FakePushConsumer(True)
+    cancelled: list[bool] = []
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    await asyncio.sleep(0)
+    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+    ms = [msg(0)]
+    pq.put_messages(ms)
+    svc.submit_consume_request(ms, pq, mq)
+    await asyncio.sleep(0.01)
+    await svc.shutdown(0.05)
+    assert cancelled == [True] and mq not in consumer.offset_store.table
+
+
+async def test_listener_started_in_the_submitting_call_runs_in_its_own_context() -> None:
+    """As in a Task: what a listener sets in contextvars stays in its call, also after waiting."""
+    import asyncio
+    import contextvars
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("h4_test_var", default="outside")
+    seen: list[str] = []
+    consumer = FakePushConsumer(True)
+
+    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        var.set(f"call{msgs[0].queue_offset}")
+        await asyncio.sleep(0.01)
+        seen.append(var.get())
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    await asyncio.sleep(0)
+    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+    try:
+        ms = [msg(0)]
+        pq.put_messages(ms)
+        svc.submit_consume_request(ms, pq, mq)
+        assert var.get() == "outside"
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == ["call0"] and consumer.offset_store.table[mq] == 1
+    finally:
+        await svc.shutdown(0.1)
