@@ -91,6 +91,19 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def wait_idle(pids: list[int], busy: float = 0.05, window: float = 0.5, timeout: float = 30.0) -> float:
+    """Wait until every process uses under `busy` of a CPU over `window` seconds (at most `timeout`):
+    a broker preallocates and pages in its next 1 GiB CommitLog file on a thread after start-up and after
+    the warm-up, and a timed run that overlaps that background work measures it too. Returns the wait."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        c0 = [cpu_seconds(p) for p in pids]
+        time.sleep(window)
+        if all(cpu_seconds(p) - c < busy * window for p, c in zip(pids, c0, strict=True)):
+            break
+    return time.monotonic() - t0
+
+
 def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, text=True, capture_output=True, **kw)
 
@@ -372,7 +385,9 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         "See the docstrings of `bench/wl_rocketmq.py` (this project) and `bench/wl_peers.py` (peers). "
         "`n/a` means the peer has no equivalent with the same guarantee (NATS 2.9: no batch publish, no "
         "per-write fsync; Redis: no push delivery). Each run is a fresh client process; consumer timings "
-        "start when the consumer has started (its first fetch is inside the clock).",
+        "start when the consumer has started (its first fetch is inside the clock). Before the first timed "
+        "run every server gets a short warm-up send, then the harness waits until all servers are idle (a "
+        "broker pages in its next CommitLog file on a thread after start-up).",
         "",
         "Individual runs (msgs/s): " + "; ".join(
             f"{w}/{s}: " + ", ".join(f"{x:,.0f}" for x in d.get("msgs_s_all", []))
@@ -462,6 +477,8 @@ def main() -> int:
             run_one(s, "batch_send", argparse.Namespace(**dict(vars(a), count=2000)), env)
             if "ns_sync" in env and s == "this":
                 run_one(s, "sync_flush_batch", argparse.Namespace(**dict(vars(a), count=2000)), env)
+        server_pids = [env[k] for k in ("broker_pid", "broker_sync_pid", "redis_pid", "nats_pid") if k in env]
+        print(f"servers idle after {wait_idle(server_pids):.1f} s", flush=True)
         for w in a.workload_list:
             results[w] = {s: [] for s in systems}
             for i in range(a.runs):
