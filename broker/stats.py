@@ -43,6 +43,19 @@ class BrokerStatsManager:
         self.topic_put_nums[topic] += msgs
         self.topic_put_size[topic] += size
 
+    def inc_put_many(self, counts: dict[str, list[int]]) -> None:
+        """inc_put(topic, msgs, size) for each topic -> [msgs, size] of `counts` (a run of sends), in one call."""
+        nums = self.topic_put_nums
+        sizes = self.topic_put_size
+        total_n = total_size = 0
+        for topic, (n, size) in counts.items():
+            nums[topic] += n
+            sizes[topic] += size
+            total_n += n
+            total_size += size
+        self.put_nums += total_n
+        self.put_size += total_size
+
     def inc_get(self, group: str, topic: str, msgs: int, size: int) -> None:
         self.get_nums += msgs
         self.get_size += size

@@ -279,12 +279,16 @@ class SendFixed:
     per-message g and i), decoded once per distinct byte string by FrameDecoder. `header` is free for
     headers.send_header_v2_of to keep those fields decoded as a send header."""
 
-    __slots__ = ("ext", "count", "header")
+    __slots__ = ("ext", "count", "header", "template")
 
     def __init__(self, ext: dict[str, Any], count: int) -> None:
         self.ext = ext  # shared by every command decoded with it: read only
         self.count = count  # map entries of the whole extFields (ext plus g and i)
         self.header: Any = None
+        # The whole extFields with g and i first (the wire order), for a command's own copy: dict.copy of
+        # a dict sized for all its keys is one clone, where {"g": .., "i": .., **ext} inserts key by key
+        # and resizes on the way.
+        self.template: dict[str, Any] = {"g": None, "i": None, **ext}
 
 
 # The producer (client.producer) writes a pipelined SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header as the
@@ -391,11 +395,13 @@ def _decode_send(
             return None
     elif fixed.count != m & 0x0F:
         return None
+    ext = fixed.template.copy()
+    ext["g"] = born
+    ext["i"] = props
     # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
     # frame_size, packed_ext, send_fixed.
     return RemotingCommand(
-        code, opaque, flag, None, {"g": born, "i": props, **fixed.ext}, body, _PYTHON, DEFAULT_VERSION, _MSGPACK,
-        frame_size, None, fixed,
+        code, opaque, flag, None, ext, body, _PYTHON, DEFAULT_VERSION, _MSGPACK, frame_size, None, fixed,
     )
 
 
@@ -443,42 +449,72 @@ class FrameDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        out: list[RemotingCommand] = []
+        src = data if type(data) is bytes else bytes(data)
+        start = 0
         buf = self._buf
         if buf:
-            buf += data
-            src: bytes | bytearray = buf
-        else:
-            # Nothing left over: parse the read in place (no copy into the buffer).
-            src = data if type(data) is bytes else bytes(data)
-        out: list[RemotingCommand] = []
-        pos = 0
+            # A frame is split across reads: complete it from the head of this read and decode it from the
+            # buffer, then parse the rest of the read in place (only the split frame is copied, not the read).
+            view = memoryview(src)
+            if len(buf) < 4:
+                start = min(4 - len(buf), len(src))
+                buf += view[:start]
+                if len(buf) < 4:
+                    return out
+            (length,) = _LEN.unpack_from(buf, 0)
+            self._check_length(length)
+            need = 4 + length - len(buf)
+            if need > len(src) - start:
+                buf += view[start:] if start else src
+                return out
+            buf += view[start : start + need]
+            start += need
+            self._parse(buf, out, 0)
+            buf.clear()
+            if start == len(src):
+                return out
+        pos = self._parse(src, out, start)
+        if pos < len(src):
+            buf += memoryview(src)[pos:] if pos else src
+        return out
+
+    def _check_length(self, length: int) -> None:
+        if length > self._max_frame:
+            raise ProtocolError(f"frame of {length} bytes exceeds the {self._max_frame} byte limit")
+        if length < 4:
+            raise ProtocolError(f"frame length {length} is too small")
+
+    def _parse(self, src: bytes | bytearray, out: list[RemotingCommand], pos: int) -> int:
+        """Decode the whole frames in `src` from `pos` on into `out`; returns where they end. `src` is a read
+        (bytes, sliced as is) or the buffer holding one frame split across reads (bytearray, copied out)."""
         n = len(src)
-        if n < 4:
-            if src is not buf:
-                buf += src
-            return out
         max_frame = self._max_frame
-        unpack = _LEN.unpack_from
+        unpack = _PREFIX.unpack_from
+        whole = src.__class__ is bytes
         mv = memoryview(src)
         try:
-            while n - pos >= 4:
-                (length,) = unpack(src, pos)
-                if length > max_frame:
-                    raise ProtocolError(f"frame of {length} bytes exceeds the {max_frame} byte limit")
-                if length < 4:
-                    raise ProtocolError(f"frame length {length} is too small")
+            while True:
+                if n - pos < 8:
+                    # A whole frame is at least 8 bytes; a length read alone is still checked at once.
+                    if n - pos >= 4:
+                        self._check_length(_LEN.unpack_from(src, pos)[0])
+                    return pos
+                # The length and the serialize-type word with one unpack.
+                length, word = unpack(src, pos)
+                if length > max_frame or length < 4:
+                    self._check_length(length)
                 end = pos + 4 + length
                 if end > n:
-                    break
+                    return pos
                 # decode_frame, inlined: one frame per request on every connection.
-                (word,) = unpack(src, pos + 4)
                 hlen = word & 0xFFFFFF
                 hstart = pos + 8
                 hend = hstart + hlen
                 if hend > end:
                     raise ProtocolError(f"header length {hlen} exceeds frame length {length - 4}")
                 if word >> 24 == 2:  # MSGPACK: a producer's pipelined send first
-                    body = (src[hend:end] if src is data else bytes(mv[hend:end])) if end > hend else None
+                    body = (src[hend:end] if whole else bytes(mv[hend:end])) if end > hend else None
                     # (a code of 128 or more, as SENDs have: answers, with small codes, skip the call)
                     cmd = _decode_send(src, hstart, hend, body, length + 4) if hlen > 20 and src[hstart + 1] == 0xCD else None
                     if cmd is None:
@@ -493,18 +529,12 @@ class FrameDecoder:
                     raise ProtocolError(f"unknown serialize type {word >> 24}")
                 cmd = decoder(mv[hstart:hend])
                 if end > hend:
-                    cmd.body = src[hend:end] if src is data else bytes(mv[hend:end])
+                    cmd.body = src[hend:end] if whole else bytes(mv[hend:end])
                 cmd.frame_size = length + 4
                 out.append(cmd)
                 pos = end
         finally:
             mv.release()  # a bytearray cannot be resized while a view of it exists
-        if src is buf:
-            if pos:
-                del buf[:pos]
-        elif pos < n:
-            buf += src[pos:] if pos else src
-        return out
 
     def at_eof(self) -> None:
         """Call when the peer closed: a partial frame left over is a truncated frame."""

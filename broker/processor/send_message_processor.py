@@ -31,13 +31,21 @@ from broker.mix_all import TopicSysFlag
 from broker.processor.batch_template import decode_uniform_batch, first_record_shape
 from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
 from broker.topic import topic_validator as tv
+from broker.topic.topic_config_manager import TopicSendView
 from remoting.body import TopicConfig
 from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestContext, groupable, inline_first_step
 from remoting.headers import (
+    SEND_MEMO_BATCH,
+    SEND_MEMO_FLAG,
+    SEND_MEMO_QUEUE_ID,
+    SEND_MEMO_RECONSUME_TIMES,
+    SEND_MEMO_SYS_FLAG,
+    SEND_MEMO_TOPIC,
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
+    send_header_from_memo,
     send_header_v2_of,
 )
 from remoting.message import (
@@ -113,7 +121,6 @@ _SEND_BATCH_MESSAGE = int(RequestCode.SEND_BATCH_MESSAGE)
 _CONSUMER_SEND_MSG_BACK = int(RequestCode.CONSUMER_SEND_MSG_BACK)
 _SUCCESS = int(ResponseCode.SUCCESS)
 _JAVA = LanguageCode.JAVA
-_PERM_WRITE = PermName.PERM_WRITE
 _RETRY_PREFIX = mix_all.RETRY_GROUP_TOPIC_PREFIX
 _NO_BORN_HOST = ("127.0.0.1", 0)  # MessageExtBrokerInner's default, for a send without a connection
 _VALID_TOPICS_MAX = 65536  # bound of SendMessageProcessor._valid_topics (cleared when full)
@@ -233,13 +240,24 @@ class SendMessageProcessor:
         # config": the checks are inlined below (dict lookups and compares, no call) and only a send that
         # fails one of them, or whose topic is new, goes through msg_check for the precise answer. No
         # config is kept across sends, so a topic changed meanwhile is seen at once.
-        topics = self.c.topic_config_manager.topic_config_table
-        valid = self._valid_topics
+        tcm = self.c.topic_config_manager
+        topics = tcm.topic_config_table
+        # A topic's send view exists only once a send to it passed msg_check (name valid and allowed), and
+        # is used only while the table still holds the config it was made from (see TopicSendView).
+        views = tcm.send_views
         max_size = self._store_cfg.maxMessageSize
         accept = run.accept
         transformers = self.message_transformers
         always = self._transform_always
         triggers = self._transform_triggers
+        # The usual single send (see _build_message) is built inline when handle_retry_and_dlq is this
+        # class's own: these are what its MessageExtBrokerInner shares across the run.
+        plain = run.plain_retry
+        born_host = run.born_host
+        store_host = run.store_host
+        host_flags = run.host_flags
+        cluster = run.cluster
+        sep_cluster_item = _SEP + run.cluster_item
         for i, cmd in enumerate(cmds):
             code = cmd.code
             try:
@@ -252,29 +270,64 @@ class SendMessageProcessor:
                 if busy is not None:
                     out[i] = reply(busy.code, busy.remark)
                     continue
-                if code == _SEND_MESSAGE:
-                    header = decode_header(SendMessageRequestHeader, cmd)
+                header: SendMessageRequestHeader | None = None
+                memo = None
+                if code != _SEND_MESSAGE and (fixed := cmd.send_fixed) is not None:
+                    memo = fixed.header
+                    if memo.__class__ is tuple:
+                        ext = cmd.ext_fields
+                        try:
+                            born = int(ext["g"])  # (as send_header_v2_of; a bad g takes it for the answer)
+                        except ValueError:
+                            memo = None
+                if memo.__class__ is tuple:
+                    # A producer's pipelined send whose constant header fields the frame decoder's SendFixed
+                    # memoized: read them from the memo; a header object is built only if a slower step
+                    # below needs one (msg_check, a batch, _build_message, a transformer).
+                    ps = ext["i"]
+                    topic = memo[SEND_MEMO_TOPIC]
+                    qid = memo[SEND_MEMO_QUEUE_ID]
+                    is_batch = memo[SEND_MEMO_BATCH]
+                    sys_flag0 = memo[SEND_MEMO_SYS_FLAG]
+                    flag0 = memo[SEND_MEMO_FLAG]
+                    reconsume0 = memo[SEND_MEMO_RECONSUME_TIMES]
                 else:
-                    try:
-                        header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
-                    except ValueError as e:
-                        out[i] = reply(ResponseCode.INVALID_PARAMETER, str(e))
-                        continue
-                topic = header.topic
-                tc = topics.get(topic)
+                    if code == _SEND_MESSAGE:
+                        header = decode_header(SendMessageRequestHeader, cmd)
+                    else:
+                        try:
+                            header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
+                        except ValueError as e:
+                            out[i] = reply(ResponseCode.INVALID_PARAMETER, str(e))
+                            continue
+                    topic = header.topic
+                    ps = header.properties
+                    qid = header.queue_id
+                    is_batch = header.batch
+                    sys_flag0 = header.sys_flag
+                    flag0 = header.flag
+                    born = header.born_timestamp
+                    reconsume0 = header.reconsume_times
+                view = views.get(topic)
                 body = cmd.body
-                ps = header.properties
                 if (
-                    tc is None
+                    view is None
+                    or view.config is not topics.get(topic)
                     or not accept
-                    or topic not in valid
-                    or not tc.perm & _PERM_WRITE
-                    or (header.queue_id >= tc.write_queue_nums and header.queue_id >= tc.read_queue_nums)
+                    or not view.writable
+                    or qid >= view.queue_limit
                     or (body is not None and len(body) > max_size)
                     or (ps is not None and len(ps) * 4 > MAX_PROPERTIES_LENGTH)
                 ):
+                    if header is None:
+                        header = send_header_from_memo(memo, born, ps)  # type: ignore[arg-type]
                     tc = self.msg_check(ctx, cmd, header)
-                if code == _SEND_BATCH_MESSAGE or header.batch:
+                    view = tcm.send_view(topic) or TopicSendView(tc)
+                else:
+                    tc = view.config
+                if code == _SEND_BATCH_MESSAGE or is_batch:
+                    if header is None:
+                        header = send_header_from_memo(memo, born, ps)  # type: ignore[arg-type]
                     batch = self._build_batch(ctx, cmd, header, tc)
                     if type(batch) is RemotingCommand:
                         out[i] = batch
@@ -283,12 +336,42 @@ class SendMessageProcessor:
                     units.append(msgs)
                     slots.append((i, queue_id, total_body, len(msgs)))
                     continue
-                built = self._build_message(ctx, cmd, header, tc, run)
-                if type(built) is RemotingCommand:
-                    out[i] = built
-                    continue
-                msg, queue_id = built  # type: ignore[misc]
+                if (
+                    plain
+                    and qid >= 0
+                    and ps is not None
+                    and ps.startswith(_WAIT_TRUE_UNIQ)
+                    and (uniq := ps[_WAIT_TRUE_UNIQ_LEN:])
+                    and _SEP not in uniq
+                    and _NV not in uniq
+                    and not topic.startswith(_RETRY_PREFIX)
+                ):
+                    # _build_message's usual case, inline: a producer's WAIT + UNIQ_KEY properties (canonical:
+                    # the id holds no separator), no tags, no transaction, a plain topic, a chosen queue.
+                    if body.__class__ is not bytes:
+                        body = b"" if body is None else bytes(body)
+                    sys_flag = sys_flag0 | host_flags
+                    if view.multi_tag:
+                        sys_flag |= _MULTI_TAGS_FLAG
+                    # Positional: topic, body, queue_id, flag, properties, properties_string, tags_code,
+                    # sys_flag, born_timestamp, born_host, store_host, reconsume_times.
+                    msg = MessageExtBrokerInner(
+                        topic, body, qid, flag0, {_PROP_WAIT: "true", _PROP_UNIQ: uniq, _PROP_CLUSTER: cluster},
+                        ps[_WAIT_TRUE_ITEM_LEN:] + sep_cluster_item, 0, sys_flag, born, born_host,
+                        store_host, reconsume0 or 0,
+                    )
+                    queue_id = qid
+                else:
+                    if header is None:
+                        header = send_header_from_memo(memo, born, ps)  # type: ignore[arg-type]
+                    built = self._build_message(ctx, cmd, header, tc, run)
+                    if type(built) is RemotingCommand:
+                        out[i] = built
+                        continue
+                    msg, queue_id = built  # type: ignore[misc]
                 if transformers and (always or not triggers.isdisjoint(msg.properties)):
+                    if header is None:
+                        header = send_header_from_memo(memo, born, ps)  # type: ignore[arg-type]
                     stop = self._transform(
                         msg, SendMessageContext(ctx, cmd, header, tc, header.producer_group, queue_id)
                     )
@@ -360,9 +443,7 @@ class SendMessageProcessor:
                 }
             out[i] = RemotingCommand(_SUCCESS, 0, 0, None, ext, None, _JAVA)
         if counts:
-            inc_put = self.c.broker_stats.inc_put
-            for topic, (n, size) in counts.items():
-                inc_put(topic, n, size)
+            self.c.broker_stats.inc_put_many(counts)
 
     def _run_state(self, ctx: RequestContext | None) -> _RunState:
         bc = self.c.broker_config
@@ -593,9 +674,15 @@ class SendMessageProcessor:
         # Properties as every client writes them (canonical: each item one non-empty name\x01value, no
         # name twice) split with C-level calls; anything else through decode_properties (not reusable).
         props: dict[str, str] | None = None
-        if raw and raw.startswith(_WAIT_TRUE_UNIQ) and (uniq := raw[_WAIT_TRUE_UNIQ_LEN:]).isalnum():
+        if (
+            raw
+            and raw.startswith(_WAIT_TRUE_UNIQ)
+            and (uniq := raw[_WAIT_TRUE_UNIQ_LEN:])
+            and _SEP not in uniq
+            and _NV not in uniq
+        ):
             # What a producer sends for a message without tags, keys or user properties (WAIT first,
-            # then its new UNIQ_KEY; an alphanumeric id holds no separator): canonical by construction.
+            # then its new UNIQ_KEY, which holds no separator): canonical by construction.
             props = {_PROP_WAIT: "true", _PROP_UNIQ: uniq}
             canonical = True
         elif raw:
@@ -908,6 +995,9 @@ _PROP_CLUSTER_ITEM = _PROP_CLUSTER + NAME_VALUE_SEPARATOR
 _PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _WAIT_TRUE_UNIQ = f"{_PROP_WAIT}{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}{_PROP_UNIQ}{NAME_VALUE_SEPARATOR}"
 _WAIT_TRUE_UNIQ_LEN = len(_WAIT_TRUE_UNIQ)
+_WAIT_TRUE_ITEM_LEN = len(f"{_PROP_WAIT}{NAME_VALUE_SEPARATOR}true{PROPERTY_SEPARATOR}")
+_NV = NAME_VALUE_SEPARATOR
+_MULTI_TAGS_FLAG = MessageSysFlag.MULTI_TAGS_FLAG
 _PROP_TAGS = MessageConst.PROPERTY_TAGS
 _PUT_OK = PutMessageStatus.PUT_OK
 _WAIT_ITEM = _PROP_WAIT + NAME_VALUE_SEPARATOR

@@ -23,6 +23,26 @@ def delay_level_count(message_delay_level: str) -> int:
     return max(1, len(message_delay_level.split()))
 
 
+MULTI_TAG = "MULTI_TAG"
+_SEND_VIEWS_MAX = 65536  # bound of TopicConfigManager.send_views (cleared when full)
+
+
+class TopicSendView:
+    """What a send reads of a topic's config, as slots: a pydantic attribute read costs ~3x a slot read and
+    a send makes several. Made from one TopicConfig object (`config`); a send uses it only while the
+    table still holds that very object, and the manager drops views on every change it makes, so a
+    replaced or updated config is seen at once."""
+
+    __slots__ = ("config", "writable", "queue_limit", "write_queue_nums", "multi_tag")
+
+    def __init__(self, tc: TopicConfig) -> None:
+        self.config = tc
+        self.writable = bool(tc.perm & PermName.PERM_WRITE)
+        self.queue_limit = max(tc.write_queue_nums, tc.read_queue_nums)  # a queue id must be below it
+        self.write_queue_nums = tc.write_queue_nums
+        self.multi_tag = tc.topic_filter_type == MULTI_TAG
+
+
 class TopicConfigManager(ConfigManager):
     def __init__(self, broker_config: BrokerConfig) -> None:
         super().__init__()
@@ -31,12 +51,15 @@ class TopicConfigManager(ConfigManager):
         self.data_version = DataVersion()
         self.system_topics: set[str] = set(tv.BASE_SYSTEM_TOPICS)
         self._listeners: list[TopicChangeListener] = []
+        # topic -> TopicSendView, filled by the send path (send_view) for topics that passed its checks.
+        self.send_views: dict[str, TopicSendView] = {}
         self._init_system_topics()
 
     # ------------------------------------------------------------------ set-up
 
     def _put_system(self, name: str, queues: int, perm: int = PermName.PERM_READ | PermName.PERM_WRITE) -> None:
         self.system_topics.add(name)
+        self.send_views.pop(name, None)
         self.topic_config_table[name] = TopicConfig(
             topic_name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm
         )
@@ -72,6 +95,7 @@ class TopicConfigManager(ConfigManager):
         want = delay_level_count(self.broker_config.store_config.messageDelayLevel)
         if sched is not None and sched.read_queue_nums < want:
             sched.read_queue_nums = sched.write_queue_nums = want
+        self.send_views.clear()  # (the line above edits a config in place)
 
     def set_auto_create_topic_enable(self, enabled: bool) -> None:
         """React to a live change of autoCreateTopicEnable (UPDATE_BROKER_CONFIG)."""
@@ -92,6 +116,7 @@ class TopicConfigManager(ConfigManager):
         self._listeners.append(cb)
 
     def _changed(self, topic: str) -> None:
+        self.send_views.pop(topic, None)
         self.data_version.next_version()
         self.request_persist()
         for cb in self._listeners:
@@ -104,6 +129,20 @@ class TopicConfigManager(ConfigManager):
 
     def select_topic_config(self, topic: str) -> TopicConfig | None:
         return self.topic_config_table.get(topic)
+
+    def send_view(self, topic: str) -> TopicSendView | None:
+        """The TopicSendView of the topic's current config (None: no such topic). Remembered for the next
+        send; a config edited in place must be announced through _changed, as for persistence."""
+        tc = self.topic_config_table.get(topic)
+        if tc is None:
+            return None
+        views = self.send_views
+        v = views.get(topic)
+        if v is None or v.config is not tc:
+            if len(views) >= _SEND_VIEWS_MAX:
+                views.clear()
+            v = views[topic] = TopicSendView(tc)
+        return v
 
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.startswith(tv.SYSTEM_TOPIC_PREFIX)
@@ -222,4 +261,5 @@ class TopicConfigManager(ConfigManager):
     def decode(self, text: str) -> None:
         wrapper = TopicConfigSerializeWrapper.decode(text)
         self.topic_config_table.update(wrapper.topic_config_table)
+        self.send_views.clear()
         self.data_version = wrapper.data_version

@@ -378,3 +378,29 @@ async def test_held_pull_timeout_fifo_stays_bounded_behind_a_long_held_pull() ->
         assert sum(len(dq) for dq in svc._expiry._queues.values()) <= 2 * 4096
     finally:
         await svc.stop()
+
+
+def test_send_view_follows_the_config() -> None:
+    from broker.config import BrokerConfig
+    from broker.topic.topic_config_manager import TopicConfigManager
+
+    tcm = TopicConfigManager(BrokerConfig.from_values({"brokerName": "b"}))
+    assert tcm.send_view("Nope") is None
+    tcm.update_topic_config(TopicConfig(topic_name="V", read_queue_nums=2, write_queue_nums=3))
+    v = tcm.send_view("V")
+    assert v is not None and v.writable and v.queue_limit == 3 and v.write_queue_nums == 3 and not v.multi_tag
+    assert tcm.send_view("V") is v  # remembered
+    tcm.update_topic_config(TopicConfig(topic_name="V", read_queue_nums=8, write_queue_nums=1, perm=4,
+                                        topic_filter_type="MULTI_TAG"))
+    v2 = tcm.send_view("V")
+    assert v2 is not v and not v2.writable and v2.queue_limit == 8 and v2.multi_tag
+
+
+def test_inc_put_many_adds_per_topic_and_totals() -> None:
+    from broker.stats import BrokerStatsManager
+
+    s = BrokerStatsManager()
+    s.inc_put("A", 1, 10)
+    s.inc_put_many({"A": [2, 20], "B": [3, 30]})
+    assert (s.put_nums, s.put_size) == (6, 60)
+    assert dict(s.topic_put_nums) == {"A": 3, "B": 3} and dict(s.topic_put_size) == {"A": 30, "B": 30}
