@@ -405,6 +405,128 @@ def _decode_send(
     )
 
 
+class PullFixed:
+    """The extFields entries every PULL_MESSAGE of one consumer queue shares (all but the per-pull
+    queueOffset, sysFlag and commitOffset), decoded once per distinct byte string by FrameDecoder and
+    handed on in RemotingCommand.send_fixed (a pull is never a send). `header` is free for
+    headers.pull_header_of to keep those fields decoded."""
+
+    __slots__ = ("ext", "count", "header", "template")
+
+    def __init__(self, ext: dict[str, Any], count: int) -> None:
+        self.ext = ext  # read only
+        self.count = count  # map entries of the whole extFields (ext plus the three per-pull ones)
+        self.header: Any = None
+        # The whole extFields in wire order (per-pull entries first), for a command's own copy.
+        self.template: dict[str, Any] = {"queueOffset": None, "sysFlag": None, "commitOffset": None, **ext}
+
+
+# Our consumer (client.consumer.pull_api) writes a PULL_MESSAGE header as the 7-array with its language and
+# version, and an extFields map that starts with queueOffset, sysFlag and commitOffset (short strings)
+# followed by the queue's constant entries in bytes it caches. FrameDecoder reads such a header as it
+# reads a pipelined send's (_decode_send): the per-pull strings by hand, the rest looked up by its
+# bytes. Anything else (real RocketMQ clients: JSON, other orders) takes the generic decoder.
+_PULL_LEAD = _FIXARRAY7 + _msgpack_packb((11, LanguageCode.PYTHON, DEFAULT_VERSION))[1:]
+_PULL_LEAD_LEN = len(_PULL_LEAD)
+_K_QUEUE_OFFSET = _msgpack_packb("queueOffset")
+_K_SYS_FLAG = _msgpack_packb("sysFlag")
+_K_COMMIT_OFFSET = _msgpack_packb("commitOffset")
+_PULL_PER = ("queueOffset", "sysFlag", "commitOffset")
+_pull_fixed: dict[bytes, PullFixed] = {}
+_PULL_FIXED_MAX = 16384  # distinct (consumer, queue, subscription) headers remembered; cleared when full
+# lead, opaque, flag, nil, map head, the three keys and values at least 1 byte each, a fixed entry
+_PULL_MIN = _PULL_LEAD_LEN + 4 + len(_K_QUEUE_OFFSET) + len(_K_SYS_FLAG) + len(_K_COMMIT_OFFSET) + 3 + 2
+
+
+def _learn_pull_fixed(rest: bytes, count: int) -> PullFixed | None:
+    """Decode the constant part of a consumer's PULL extFields once (None: not this shape)."""
+    k = count - 3
+    if not 0 < k <= 12:
+        return None
+    try:
+        ext = _msgpack_unpackb(bytes((0x80 | k,)) + rest)
+    except Exception:  # noqa: BLE001 - anything msgpack refuses goes to the generic decoder
+        return None
+    if ext.__class__ is not dict or len(ext) != k or any(n in ext for n in _PULL_PER):
+        return None
+    fixed = PullFixed(ext, count)
+    if len(_pull_fixed) >= _PULL_FIXED_MAX:
+        _pull_fixed.clear()
+    _pull_fixed[rest] = fixed
+    return fixed
+
+
+def _decode_pull(
+    src: bytes | bytearray, h: int, hend: int, body: bytes | None, frame_size: int
+) -> RemotingCommand | None:
+    """A consumer's PULL_MESSAGE header at src[h:hend] (see _PULL_LEAD), or None to decode it the generic
+    way. Every key match is bounded by hend; any other shape returns None."""
+    if hend - h < _PULL_MIN or not src.startswith(_PULL_LEAD, h):
+        return None
+    p = h + _PULL_LEAD_LEN
+    b = src[p]
+    if b < 0x80:
+        opaque = b
+        p += 1
+    elif b == 0xCC:
+        opaque = src[p + 1]
+        p += 2
+    elif b == 0xCD:
+        opaque = src[p + 1] << 8 | src[p + 2]
+        p += 3
+    elif b == 0xCE:
+        (opaque,) = _LEN.unpack_from(src, p + 1)
+        p += 5
+    else:
+        return None
+    flag = src[p]
+    m = src[p + 2]
+    # flag a positive fixint, remark nil, a fixmap, whose first key is queueOffset
+    if flag >= 0x80 or src[p + 1] != 0xC0 or m & 0xF0 != 0x80 or not src.startswith(_K_QUEUE_OFFSET, p + 3, hend):
+        return None
+    try:
+        # three fixstr values, each followed by the next key (the last by the fixed rest)
+        p += 3 + len(_K_QUEUE_OFFSET)
+        t = src[p]
+        e = p + 1 + (t & 0x1F)
+        if t & 0xE0 != 0xA0 or not src.startswith(_K_SYS_FLAG, e, hend):
+            return None
+        queue_offset = src[p + 1 : e].decode()
+        p = e + len(_K_SYS_FLAG)
+        t = src[p]
+        e = p + 1 + (t & 0x1F)
+        if t & 0xE0 != 0xA0 or not src.startswith(_K_COMMIT_OFFSET, e, hend):
+            return None
+        sys_flag = src[p + 1 : e].decode()
+        p = e + len(_K_COMMIT_OFFSET)
+        t = src[p]
+        e = p + 1 + (t & 0x1F)
+        if t & 0xE0 != 0xA0 or e >= hend:
+            return None
+        commit_offset = src[p + 1 : e].decode()
+    except (UnicodeDecodeError, IndexError):
+        return None
+    rest = src[e:hend]
+    if rest.__class__ is not bytes:
+        rest = bytes(rest)
+    fixed = _pull_fixed.get(rest)
+    if fixed is None:
+        fixed = _learn_pull_fixed(rest, m & 0x0F)
+        if fixed is None:
+            return None
+    elif fixed.count != m & 0x0F:
+        return None
+    ext = fixed.template.copy()
+    ext["queueOffset"] = queue_offset
+    ext["sysFlag"] = sys_flag
+    ext["commitOffset"] = commit_offset
+    # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
+    # frame_size, packed_ext, send_fixed.
+    return RemotingCommand(
+        11, opaque, flag, None, ext, body, _PYTHON, DEFAULT_VERSION, _MSGPACK, frame_size, None, fixed,
+    )
+
+
 _HEADER_DECODERS: dict[int, Callable[[bytes | memoryview], RemotingCommand]] = {
     SerializeType.JSON: decode_json_header,
     SerializeType.ROCKETMQ: decode_rocketmq_header,
@@ -513,10 +635,16 @@ class FrameDecoder:
                 hend = hstart + hlen
                 if hend > end:
                     raise ProtocolError(f"header length {hlen} exceeds frame length {length - 4}")
-                if word >> 24 == 2:  # MSGPACK: a producer's pipelined send first
+                if word >> 24 == 2:  # MSGPACK: a producer's pipelined send or our consumer's pull first
                     body = (src[hend:end] if whole else bytes(mv[hend:end])) if end > hend else None
                     # (a code of 128 or more, as SENDs have: answers, with small codes, skip the call)
-                    cmd = _decode_send(src, hstart, hend, body, length + 4) if hlen > 20 and src[hstart + 1] == 0xCD else None
+                    cmd = None
+                    if hlen > 20:
+                        c = src[hstart + 1]
+                        if c == 0xCD:
+                            cmd = _decode_send(src, hstart, hend, body, length + 4)
+                        elif c == 11:  # PULL_MESSAGE (a fixint code)
+                            cmd = _decode_pull(src, hstart, hend, body, length + 4)
                     if cmd is None:
                         cmd = decode_msgpack_header(mv[hstart:hend])
                         cmd.body = body

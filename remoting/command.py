@@ -29,10 +29,11 @@ class RemotingCommand:
     # SerializeType.MSGPACK (ignored by JSON/ROCKETMQ). Whoever sets it must keep it equal to
     # ext_fields; anything that edits ext_fields afterwards must reset it to None.
     packed_ext: bytes | None = field(default=None, compare=False, repr=False)
-    # Optional, set by the frame decoder: the per-sender constant part of a producer's pipelined SEND
-    # header (codec.SendFixed), recognised by its bytes, so the send header is not decoded field by
-    # field again (headers.send_header_v2_of). Equal to what ext_fields holds but g and i; anything
-    # that edits ext_fields afterwards must reset it to None.
+    # Optional, set by the frame decoder: the per-sender constant part of a header recognised by its
+    # bytes, so it is not decoded field by field again: a producer's pipelined SEND (codec.SendFixed,
+    # read by headers.send_header_v2_of; equal to ext_fields but g and i) or a consumer's PULL_MESSAGE
+    # (codec.PullFixed, read by headers.pull_header_of; equal to ext_fields but the three per-pull
+    # fields). Anything that edits ext_fields afterwards must reset it to None.
     send_fixed: Any = field(default=None, compare=False, repr=False)
 
     @property

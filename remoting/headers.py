@@ -380,6 +380,34 @@ class PullMessageRequestHeader(CommandHeader):
     expression_type: str | None = None
 
 
+_H_PULL = PullMessageRequestHeader
+
+
+def pull_header_of(ext: dict[str, Any] | None, fixed: Any) -> PullMessageRequestHeader:
+    """PullMessageRequestHeader.decode(ext) for a command whose constant part the frame decoder
+    recognised (`fixed`: its codec.PullFixed, or None): those fields are decoded once per PullFixed
+    and kept in it, so a pull costs its queueOffset, sysFlag and commitOffset only. Raises HeaderError
+    as decode does."""
+    if fixed is None:
+        return _H_PULL.decode(ext)
+    c = fixed.header
+    if c is None:
+        # The first pull decodes the whole header; each field is decoded from its own entry, so the
+        # fields other than the per-pull three depend on fixed.ext only.
+        h = _H_PULL.decode(ext)
+        fixed.header = (h.consumer_group, h.topic, h.queue_id, h.max_msg_nums, h.suspend_timeout_millis,
+                        h.subscription, h.sub_version, h.expression_type)
+        return h
+    assert ext is not None
+    try:
+        queue_offset = int(ext["queueOffset"])
+        sys_flag = int(ext["sysFlag"])
+        commit_offset = int(ext["commitOffset"])
+    except (KeyError, TypeError, ValueError):
+        return _H_PULL.decode(ext)  # names the bad field
+    return _H_PULL(c[0], c[1], c[2], queue_offset, c[3], sys_flag, commit_offset, c[4], c[5], c[6], c[7])
+
+
 @header
 class PullMessageResponseHeader(CommandHeader):
     suggest_which_broker_id: int

@@ -26,7 +26,7 @@ from broker.topic import topic_validator as tv
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestContext
-from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from remoting.headers import HeaderError, PullMessageRequestHeader, PullMessageResponseHeader, pull_header_of
 from remoting.message import MessageConst, PermName, encode_properties, java_string_hash
 from store.config import BrokerRole
 from store.message import MessageExtBrokerInner
@@ -85,7 +85,11 @@ class PullMessageProcessor:
                     f"{int(waited)}ms, size of queue: {self.c.pending_in_group('pull')}",
                 )
         try:
-            h = decode_header(PullMessageRequestHeader, cmd)
+            try:
+                # (decode_header, inlined) with the frame decoder's cached constant part when it has one
+                h = pull_header_of(cmd.ext_fields, cmd.send_fixed)
+            except HeaderError as e:
+                return reply(ResponseCode.INVALID_PARAMETER, str(e))
             result = self._process(ctx, cmd, h, broker_allow_suspend=True)
         except BadRequest as e:
             return e.response
