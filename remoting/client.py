@@ -178,6 +178,7 @@ class RemotingClient:
         ext_parts: tuple[bytes, ...],
         body: bytes | bytearray | memoryview,
         timeout_ms: float,
+        flush_now: bool = False,
     ) -> bool:
         """invoke_callback_nowait for a request to a MSGPACK peer given as code, pre-packed extFields
         pieces and body, answered to entry.on_response (RemotingConnection.invoke_entry_packed): no
@@ -185,7 +186,7 @@ class RemotingClient:
         conn = self._conns.get(addr)
         if conn is None or conn.closed or conn.write_paused:
             return False
-        conn.invoke_entry_packed(entry, code, ext_parts, body, timeout_ms)
+        conn.invoke_entry_packed(entry, code, ext_parts, body, timeout_ms, flush_now)
         return True
 
     async def invoke_async(

@@ -44,6 +44,19 @@ class GetMessageStatus(StrEnum):
 _U64 = (1 << 64) - 1
 
 
+# Store host bytes (address + port) -> their upper-case hex, the lead of every offset msg id: a broker has
+# one or two, so this stays tiny (cleared if it ever grows past its bound).
+_HOST_HEX: dict[bytes, str] = {}
+_HOST_HEX_MAX = 64
+
+
+def _host_hex(hb: bytes) -> str:
+    if len(_HOST_HEX) >= _HOST_HEX_MAX:
+        _HOST_HEX.clear()
+    hx = _HOST_HEX[hb] = hb.hex().upper()
+    return hx
+
+
 @functools.lru_cache(maxsize=64)
 def _ids_struct(host_len: int, n: int) -> struct.Struct:
     return struct.Struct(">" + f"{host_len}sq" * n)
@@ -94,10 +107,14 @@ class AppendMessageResult:
     @property
     def msg_id(self) -> str:
         if self._msg_id is None:
-            offsets = self.phy_offsets if self.phy_offsets is not None else [self.wrote_offset]
+            offsets = self.phy_offsets
             hb = self._store_host_bytes
-            if len(offsets) == 1:
-                self._msg_id = f"{hb.hex().upper()}{offsets[0] & _U64:016X}"
+            if offsets is None or len(offsets) == 1:  # one message (every single send): no list, cached host hex
+                off = self.wrote_offset if offsets is None else offsets[0]
+                hx = _HOST_HEX.get(hb)
+                if hx is None:
+                    hx = _host_hex(hb)
+                self._msg_id = f"{hx}{off & _U64:016X}"
             else:
                 # A batch: pack every (host, offset) record in one struct call and hex it with a comma
                 # between records -- no per-message formatting.

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import structlog
 
 from broker import mix_all
@@ -33,9 +34,15 @@ from broker.processor.common import BadRequest, decode_header, now_ms, parse_hos
 from broker.topic import topic_validator as tv
 from broker.topic.topic_config_manager import TopicSendView
 from remoting.body import TopicConfig
-from remoting.codes import LanguageCode, RequestCode, ResponseCode
-from remoting.command import RemotingCommand
-from remoting.connection import RequestContext, groupable, inline_first_step
+from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
+from remoting.command import DEFAULT_VERSION, RemotingCommand
+from remoting.connection import (
+    PackedResponse,
+    RequestContext,
+    groupable,
+    inline_first_step,
+    packed_response_lead,
+)
 from remoting.headers import (
     SEND_MEMO_BATCH,
     SEND_MEMO_FLAG,
@@ -127,6 +134,34 @@ _VALID_TOPICS_MAX = 65536  # bound of SendMessageProcessor._valid_topics (cleare
 # str(queue id) of the usual queue ids, for the answers.
 _QUEUE_ID_STR_N = 256
 _QUEUE_ID_STR = tuple(str(q) for q in range(_QUEUE_ID_STR_N))
+_MSGPACK = SerializeType.MSGPACK
+_msgpack_packb = msgpack.Packer(use_bin_type=True).pack
+# PackedResponse pieces of a stored single send's answer (handle_put_message_result's SUCCESS command:
+# SendMessageResponseHeader's fields, then region and trace), as latin-1 strs of their msgpack bytes.
+_SEND_OK_LEAD = packed_response_lead(_SUCCESS, LanguageCode.JAVA, DEFAULT_VERSION)
+# msgpack str header of an n-byte str (n < 256): fixstr below 32, else str8.
+_STR_HEAD = tuple(chr(0xA0 | n) if n < 32 else f"\xd9{chr(n)}" for n in range(256))
+
+
+def _str_head(n: int) -> str:
+    """_STR_HEAD[n] for any n (str16 / str32 past 255)."""
+    if n < 256:
+        return _STR_HEAD[n]
+    if n < 65536:
+        return f"\xda{chr(n >> 8)}{chr(n & 0xFF)}"
+    return "\xdb" + n.to_bytes(4, "big").decode("latin-1")
+
+
+def _latin1_packed(*values: str) -> str:
+    return b"".join(_msgpack_packb(v) for v in values).decode("latin-1")
+
+
+# flag (RPC_TYPE), remark nil, a map of 5 (no transaction id) or 6 pairs, and the msgId key.
+_ANSWER_HEAD5 = "\x01\xc0\x85" + _latin1_packed("msgId")
+_ANSWER_HEAD6 = "\x01\xc0\x86" + _latin1_packed("msgId")
+_QUEUE_ID_PAIR = tuple(_latin1_packed("queueId", q) for q in _QUEUE_ID_STR)
+_K_QUEUE_OFFSET = _latin1_packed("queueOffset")
+_K_TRANSACTION_ID = _latin1_packed("transactionId")
 
 
 def _accepting(bc: Any) -> bool:
@@ -161,6 +196,8 @@ class _RunState:
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
+        # _put_units: (regionId, traceOn str, their msgpack pairs as a latin-1 str) of the last answers.
+        self._answer_suffix: tuple[str, str, str] = ("", "", "")
         self.message_transformers: list[MessageTransformer] = []
         self.put_message: Callable[[MessageExtBrokerInner], Awaitable[PutMessageResult]] = (
             controller.message_store.put_message
@@ -224,7 +261,7 @@ class SendMessageProcessor:
         """A run of pipelined requests from one connection (the dispatcher's group entry): each is checked
         and built as process_request would, then all the sends are stored with one put_many (one lock
         round, one dispatcher hand-off, one flush wait), in arrival order. One answer per request."""
-        out: list[RemotingCommand | None] = [None] * len(cmds)
+        out: list[Any] = [None] * len(cmds)  # RemotingCommand, PackedResponse (a MSGPACK send's answer) or None
         store = self.c.message_store
         put_many = getattr(store, "put_many", None)
         if put_many is None or self.put_message != store.put_message:
@@ -263,7 +300,7 @@ class SendMessageProcessor:
             try:
                 if code == _CONSUMER_SEND_MSG_BACK:
                     if units:  # keep arrival order: what came before is stored first
-                        await self._put_units(put_many, units, slots, out)
+                        await self._put_units(put_many, units, slots, out, cmds)
                         units, slots = [], []
                     out[i] = await self.consumer_send_msg_back(ctx, cmd)
                     continue
@@ -387,7 +424,7 @@ class SendMessageProcessor:
             except BadRequest as e:
                 out[i] = e.response
         if units:
-            await self._put_units(put_many, units, slots, out)
+            await self._put_units(put_many, units, slots, out, cmds)
         return out
 
     async def _put_units(
@@ -397,7 +434,8 @@ class SendMessageProcessor:
         ],
         units: list[Sequence[MessageExtBrokerInner] | MessageBatch],
         slots: list[tuple[int, int, int, int]],
-        out: list[RemotingCommand | None],
+        out: list[Any],
+        cmds: list[RemotingCommand],
     ) -> None:
         results = await put_many(units)
         handle = self.handle_put_message_result
@@ -411,15 +449,41 @@ class SendMessageProcessor:
         bc = self.c.broker_config
         region = bc.regionId
         trace = "true" if bc.traceOn else "false"
+        # A MSGPACK request's answer is its header bytes (PackedResponse): built as one latin-1 str of the
+        # msgpack bytes (every per-message value is ASCII) and encoded once. The region/trace pairs that
+        # end every answer are packed once per (region, trace).
+        suffix = self._answer_suffix
+        if suffix[0] != region or suffix[1] != trace:
+            suffix = self._answer_suffix = (region, trace, (
+                _msgpack_packb(_PROP_MSG_REGION) + _msgpack_packb(region)
+                + _msgpack_packb(_PROP_TRACE_SWITCH) + _msgpack_packb(trace)
+            ).decode("latin-1"))
+        tail_end = suffix[2]
         counts: dict[str, list[int]] = {}
         for (i, queue_id, body_size, batch), msgs, result in zip(slots, units, results, strict=True):
             if (
-                batch
-                or result is None
+                result is None
                 or result.status is not _PUT_OK
                 or (ar := result.append_result) is None
+                or (batch and (cmds[i].serialize_type is not _MSGPACK or not 0 <= queue_id < _QUEUE_ID_STR_N))
             ):
                 out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
+                continue
+            if batch:
+                # A stored batch to a MSGPACK request: handle_put_message_result's answer (no transaction id;
+                # msgId is the comma-joined ids, a str16 past 255 chars) as a PackedResponse.
+                topic = msgs.topic  # type: ignore[union-attr]
+                c = counts.get(topic)
+                if c is None:
+                    counts[topic] = [ar.msg_num or batch, ar.wrote_bytes]
+                else:
+                    c[0] += ar.msg_num or batch
+                    c[1] += ar.wrote_bytes
+                mid = ar.msg_id
+                off = str(ar.logics_offset)
+                tail = (f"{_ANSWER_HEAD5}{_str_head(len(mid))}{mid}{_QUEUE_ID_PAIR[queue_id]}"
+                        f"{_K_QUEUE_OFFSET}{_STR_HEAD[len(off)]}{off}{tail_end}")
+                out[i] = PackedResponse(_SEND_OK_LEAD, tail.encode("latin-1"))
                 continue
             msg = msgs[0]  # type: ignore[index]
             c = counts.get(msg.topic)  # type: ignore[union-attr]
@@ -429,6 +493,22 @@ class SendMessageProcessor:
                 c[0] += ar.msg_num or 1
                 c[1] += ar.wrote_bytes
             uniq = msg.properties.get(_PROP_UNIQ)  # type: ignore[union-attr]
+            if (
+                cmds[i].serialize_type is _MSGPACK
+                and 0 <= queue_id < _QUEUE_ID_STR_N
+                and (uniq is None or (len(uniq) < 256 and uniq.isascii()))
+            ):
+                mid = ar.msg_id
+                off = str(ar.logics_offset)
+                if uniq is None:
+                    tail = (f"{_ANSWER_HEAD5}{_STR_HEAD[len(mid)]}{mid}{_QUEUE_ID_PAIR[queue_id]}"
+                            f"{_K_QUEUE_OFFSET}{_STR_HEAD[len(off)]}{off}{tail_end}")
+                else:
+                    tail = (f"{_ANSWER_HEAD6}{_STR_HEAD[len(mid)]}{mid}{_QUEUE_ID_PAIR[queue_id]}"
+                            f"{_K_QUEUE_OFFSET}{_STR_HEAD[len(off)]}{off}"
+                            f"{_K_TRANSACTION_ID}{_STR_HEAD[len(uniq)]}{uniq}{tail_end}")
+                out[i] = PackedResponse(_SEND_OK_LEAD, tail.encode("latin-1"))
+                continue
             qid = _QUEUE_ID_STR[queue_id] if 0 <= queue_id < _QUEUE_ID_STR_N else str(queue_id)
             # SendMessageResponseHeader's wire form plus _response_ext (as handle_put_message_result).
             if uniq is None:

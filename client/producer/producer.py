@@ -1023,7 +1023,7 @@ class Producer:
             # No RemotingCommand and no header dict: the frame head is spliced from cached pieces.
             sent = remoting.invoke_entry_packed_nowait(
                 addr, pending, _SEND_BATCH if prepared.batch else _SEND_V2, self._packed_ext(prepared, mq),
-                prepared.body, budget,
+                prepared.body, budget, mode is _SYNC,  # a sync send writes at once: nothing to coalesce
             )
         else:
             sent = remoting.invoke_callback_nowait(addr, self._build_request(prepared, mq), budget, pending.on_response)

@@ -126,3 +126,39 @@ async def test_timeout_loss_bounds_and_paused_writes(server: str) -> None:
         assert not late.got and conn.pending_count == 0
     finally:
         await c.close()
+
+
+async def test_flush_now_writes_at_once_and_others_coalesce(server: str) -> None:
+    """flush_now (a lone sync send) hands the frame to the transport in the call; without it the frames
+    of one loop iteration go out in one coalesced write on the next iteration."""
+    c = RemotingClient()
+    try:
+        await c.invoke(server, RemotingCommand.request(ECHO, {"v": "warm"}))
+        conn = await c.get_connection(server)
+        t = conn.transport
+        assert t is not None
+        writes: list[int] = []
+        real = t.writelines
+
+        def spy(bufs):  # type: ignore[no-untyped-def]
+            writes.append(len(bufs))
+            real(bufs)
+
+        t.writelines = spy  # type: ignore[method-assign]
+        done = asyncio.Event()
+        now = Entry(done)
+        assert c.invoke_entry_packed_nowait(server, now, ECHO, _ext(v="now"), b"x", 3000, True)
+        assert writes == [2]  # head + body, written before the call returned
+        later = [Entry(done) for _ in range(3)]
+        for e in later:
+            assert c.invoke_entry_packed_nowait(server, e, ECHO, _ext(v="later"), b"y", 3000)
+        assert writes == [2]
+        await asyncio.sleep(0)
+        assert writes == [2, 6]  # the three pipelined sends in one write
+        for e in [now, *later]:
+            while not e.got:
+                done.clear()
+                await asyncio.wait_for(done.wait(), 5)
+        assert now.got[0][0].ext("v") == "now" and all(e.got[0][0].ext("v") == "later" for e in later)
+    finally:
+        await c.close()
