@@ -277,19 +277,6 @@ class BrokerController:
     def _on_topic_changed(self, topic: str) -> None:
         self.request_register()
 
-    def _on_message_arriving(
-        self,
-        topic: str,
-        queue_id: int,
-        logic_offset_after: int,
-        tags_code: int,
-        store_timestamp: int,
-        properties: dict[str, str] | None,
-    ) -> None:
-        self.pull_request_hold_service.notify_message_arriving(
-            topic, queue_id, logic_offset_after, tags_code, store_timestamp, properties
-        )
-
     def request_register(self) -> None:
         """Re-register with the NameServers soon (coalesced), e.g. after a topic change."""
         if self._register_wakeup is not None:
@@ -385,7 +372,9 @@ class BrokerController:
         await self.message_store.start()
         await self.schedule_message_service.start()
         await self.transactional_message_service.load()
-        self.message_store.add_arrival_listener(self._on_message_arriving, self.pull_request_hold_service.has_held)
+        # The hold service's method itself: a wrapper would cost a call per dispatched record.
+        hold = self.pull_request_hold_service
+        self.message_store.add_arrival_listener(hold.notify_message_arriving, hold.has_held)
         try:
             host, port = await self.remoting_server.start()
         except OSError as e:
@@ -461,7 +450,7 @@ class BrokerController:
                     log.exception("persist_on_shutdown_failed", path=str(mgr.config_file_path()))
         if self._started:
             await self.schedule_message_service.shutdown()
-            self.message_store.remove_arrival_listener(self._on_message_arriving)
+            self.message_store.remove_arrival_listener(self.pull_request_hold_service.notify_message_arriving)
             await self.message_store.shutdown()
         await self.broker_outer_api.shutdown()
         if self._started:

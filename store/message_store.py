@@ -160,7 +160,7 @@ class DefaultMessageStore:
         self.clean_commit_log_service = CleanCommitLogService(self)
         self.clean_consume_queue_service = CleanConsumeQueueService(self)
         self.arrival_listeners: list[ArrivalListener] = []
-        # Per listener, a (topic, queue_id) predicate asked once per dispatched batch run: a listener that
+        # Per listener, a (topic, queue_id) predicate asked once per batch run / per queue: a listener that
         # cares about few queues (held pulls, the schedule topic) is then not called for every record.
         self.arrival_run_filters: dict[ArrivalListener, ArrivalRunFilter] = {}
         # Separate threads: a slow fsync must not hold up creating the next file (and vice versa).
@@ -972,8 +972,9 @@ class DefaultMessageStore:
 
     def add_arrival_listener(self, cb: ArrivalListener, run_filter: ArrivalRunFilter | None = None) -> None:
         """cb(topic, queue_id, logic_offset_after, tags_code, store_timestamp, properties), on the loop
-        thread, once per dispatched consumable message. With `run_filter`, a batch's records reach cb only
-        when run_filter(topic, queue_id) is true (asked once per batch): it must be true whenever cb
+        thread, once per dispatched consumable message. With `run_filter`, records reach cb only when
+        run_filter(topic, queue_id) is true: asked once per batch, and for single records once per queue in
+        a stretch of dispatching without awaits (nothing else runs meanwhile). It must be true whenever cb
         could act on a record of that queue."""
         self.arrival_listeners.append(cb)
         if run_filter is not None:

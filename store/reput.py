@@ -205,6 +205,11 @@ class ReputMessageService:
         idx = store.index_service
         key_hash = idx.key_hasher.hash_unsigned if idx is not None else None
         listeners = store.arrival_listeners if notify else ()
+        filters = store.arrival_run_filters
+        # Per consume queue, the listeners whose run filter wants its records, asked at a queue's second
+        # record in a stretch without awaits (no pull can be held meanwhile; its first record reaches every
+        # listener: with many queues most are seen once); cleared after every await.
+        wanting: dict[Any, Any] = {}
         cq_table = store.consume_queue_table
         max_off = cl.get_max_offset()
         done = 0
@@ -235,6 +240,7 @@ class ReputMessageService:
                             n = await self._dispatch_run(rec, listeners)
                             max_off = cl.get_max_offset()
                             cq = None
+                            wanting.clear()
                         done += n
                         tran = rec[6] & _TRAN_MASK
                         if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
@@ -264,6 +270,7 @@ class ReputMessageService:
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
+                        wanting.clear()
                         files = cq.mapped_file_queue.mapped_files
                     cq_mf = files[-1]
                     wp = cq_mf.wrote_position
@@ -310,10 +317,21 @@ class ReputMessageService:
                         if f is None:
                             await self._roll_index(idx)
                             max_off = cl.get_max_offset()
+                            wanting.clear()
                             f = idx.index_file_list[-1]
                         _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)  # type: ignore[arg-type]
                 if consumable and listeners:
-                    for cb in listeners:
+                    cbs = wanting.get(cq)
+                    if cbs is None:  # a queue's first record in this stretch: every listener (no filter calls)
+                        cbs = wanting[cq] = listeners
+                    elif cbs is listeners:  # its second: the listeners that want it, for the rest of the stretch
+                        wants = []
+                        for cb in listeners:
+                            wanted = filters.get(cb)
+                            if wanted is None or wanted(topic, qid):
+                                wants.append(cb)
+                        cbs = wanting[cq] = tuple(wants)
+                    for cb in cbs:
                         try:
                             cb(topic, qid, qo + 1, tags_code, store_ts, props)
                         except Exception:  # noqa: BLE001 - a listener bug must not stop dispatching
