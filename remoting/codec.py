@@ -325,21 +325,10 @@ def _learn_send_fixed(rest: bytes, count: int) -> SendFixed | None:
     return fixed
 
 
-def _decode_send(
-    src: bytes | bytearray, h: int, hend: int, body: bytes | None, frame_size: int
-) -> RemotingCommand | None:
-    """A producer's pipelined SEND header at src[h:hend] (see _SEND_LEAD_310), or None to decode it the
-    generic way. Every read is bounds-checked against hend; every shape msgpack allows but this does
-    not expect returns None."""
-    if hend - h < _SEND_LEAD_LEN + 12:
-        return None
-    if src.startswith(_SEND_LEAD_310, h):
-        code = 310
-    elif src.startswith(_SEND_LEAD_320, h):
-        code = 320
-    else:
-        return None
-    p = h + _SEND_LEAD_LEN
+def _after_lead(src: bytes | bytearray, p: int, first_key: bytes, hend: int) -> tuple[int, int, int, int] | None:
+    """The header's opaque, flag and map marker after a code/language/version lead ending at p, when the
+    flag is a positive fixint, the remark nil and the map a fixmap whose first key is first_key; with the
+    position after that key. None for any other shape (the generic decoder takes it)."""
     b = src[p]
     if b < 0x80:
         opaque = b
@@ -357,10 +346,29 @@ def _decode_send(
         return None
     flag = src[p]
     m = src[p + 2]
-    # flag a positive fixint, remark nil, a fixmap, whose first key is g
-    if flag >= 0x80 or src[p + 1] != 0xC0 or m & 0xF0 != 0x80 or not src.startswith(_G_KEY, p + 3):
+    if flag >= 0x80 or src[p + 1] != 0xC0 or m & 0xF0 != 0x80 or not src.startswith(first_key, p + 3, hend):
         return None
-    p += 5
+    return opaque, flag, m, p + 3 + len(first_key)
+
+
+def _decode_send(
+    src: bytes | bytearray, h: int, hend: int, body: bytes | None, frame_size: int
+) -> RemotingCommand | None:
+    """A producer's pipelined SEND header at src[h:hend] (see _SEND_LEAD_310), or None to decode it the
+    generic way. Every read is bounds-checked against hend; every shape msgpack allows but this does
+    not expect returns None."""
+    if hend - h < _SEND_LEAD_LEN + 12:
+        return None
+    if src.startswith(_SEND_LEAD_310, h):
+        code = 310
+    elif src.startswith(_SEND_LEAD_320, h):
+        code = 320
+    else:
+        return None
+    lead = _after_lead(src, h + _SEND_LEAD_LEN, _G_KEY, hend)
+    if lead is None:
+        return None
+    opaque, flag, m, p = lead
     t = src[p]
     e = p + 1 + (t & 0x1F)
     if t & 0xE0 != 0xA0 or e + 3 > hend or not src.startswith(_I_KEY, e):
@@ -463,30 +471,12 @@ def _decode_pull(
     way. Every key match is bounded by hend; any other shape returns None."""
     if hend - h < _PULL_MIN or not src.startswith(_PULL_LEAD, h):
         return None
-    p = h + _PULL_LEAD_LEN
-    b = src[p]
-    if b < 0x80:
-        opaque = b
-        p += 1
-    elif b == 0xCC:
-        opaque = src[p + 1]
-        p += 2
-    elif b == 0xCD:
-        opaque = src[p + 1] << 8 | src[p + 2]
-        p += 3
-    elif b == 0xCE:
-        (opaque,) = _LEN.unpack_from(src, p + 1)
-        p += 5
-    else:
+    lead = _after_lead(src, h + _PULL_LEAD_LEN, _K_QUEUE_OFFSET, hend)
+    if lead is None:
         return None
-    flag = src[p]
-    m = src[p + 2]
-    # flag a positive fixint, remark nil, a fixmap, whose first key is queueOffset
-    if flag >= 0x80 or src[p + 1] != 0xC0 or m & 0xF0 != 0x80 or not src.startswith(_K_QUEUE_OFFSET, p + 3, hend):
-        return None
+    opaque, flag, m, p = lead
     try:
         # three fixstr values, each followed by the next key (the last by the fixed rest)
-        p += 3 + len(_K_QUEUE_OFFSET)
         t = src[p]
         e = p + 1 + (t & 0x1F)
         if t & 0xE0 != 0xA0 or not src.startswith(_K_SYS_FLAG, e, hend):
