@@ -662,17 +662,23 @@ class IndexService:
         if not wrote:
             f.mark_dispatched(commit_log_offset, store_timestamp)
 
+    def _run_file(self, first_phy_offset: int, sys_flag: int) -> IndexFile | None:
+        """The file a run's keys go to in bulk, or None: no file yet, a rollback (not indexed), or a replay
+        (the run starts at or before what the file already holds)."""
+        files = self.index_file_list
+        if not files or sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            return None
+        f = files[-1]
+        return None if first_phy_offset <= f.end_phy_offset else f
+
     def build_index_uniq_run(
         self, topic: str, phy_offsets: list[int], store_timestamp: int, sys_flag: int, uniq_keys: list[str]
     ) -> bool:
         """build_index for a dispatch run whose records each have a UNIQ_KEY and no KEYS, in one go. False,
         having indexed nothing, when the run is not that simple (a replay, a rollback, no room, keys that
         do not hash in bulk): index it record by record then."""
-        files = self.index_file_list
-        if not files or sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            return False
-        f = files[-1]
-        if phy_offsets[0] <= f.end_phy_offset:
+        f = self._run_file(phy_offsets[0], sys_flag)
+        if f is None:
             return False
         hashes = self.key_hasher.index_hashes(topic, uniq_keys)
         if hashes is None:
@@ -684,11 +690,8 @@ class IndexService:
     ) -> bool:
         """build_index_uniq_run with the run's UNIQ_KEYs given as the batch's value column (UTF-8 bytes, all
         of one length: see store.dispatch): hashed straight from the joined column when it is ASCII."""
-        files = self.index_file_list
-        if not files or sys_flag & MessageSysFlag.TRANSACTION_ROLLBACK_TYPE == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            return False
-        f = files[-1]
-        if phy_offsets[0] <= f.end_phy_offset:
+        f = self._run_file(phy_offsets[0], sys_flag)
+        if f is None:
             return False
         blob = b"".join(column)
         if not blob.isascii():

@@ -394,11 +394,7 @@ class ReputMessageService:
             for phy, props in zip(phys, props_list, strict=True):
                 _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, None, props.get(_PROP_UNIQ), tran)
         if consumable and listeners:
-            filters = store.arrival_run_filters
-            for cb in listeners:
-                wanted = filters.get(cb)
-                if wanted is None or wanted(topic, qid):
-                    _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
+            _notify_listeners_run(store.arrival_run_filters, listeners, run)
         self.reput_from_offset = end
         return n
 
@@ -457,11 +453,7 @@ class ReputMessageService:
                         f = idx.index_file_list[-1]
                     _index_record(idx, f, key_hash, topic, phys[k], store_ts, sys_flag, keys, uniq, tran)
         if consumable and listeners:
-            filters = store.arrival_run_filters
-            for cb in listeners:
-                wanted = filters.get(cb)
-                if wanted is None or wanted(topic, qid):
-                    _notify_run(cb, topic, qid, qo0 + 1, tags_codes, store_ts, props_list)
+            _notify_listeners_run(store.arrival_run_filters, listeners, run)
         self.reput_from_offset = end
         return n
 
@@ -532,6 +524,15 @@ class ReputMessageService:
         if idx is not None:
             idx.commit_header()
         return done
+
+
+def _notify_listeners_run(filters: dict[Any, Any], listeners: Any, run: DispatchTuple) -> None:
+    """A dispatched run's records, to each listener whose run filter (asked once) wants its queue."""
+    topic, qid = run[2], run[3]
+    for cb in listeners:
+        wanted = filters.get(cb)
+        if wanted is None or wanted(topic, qid):
+            _notify_run(cb, topic, qid, run[4] + 1, run[9], run[5], run[10])
 
 
 def _notify_run(
