@@ -325,6 +325,19 @@ def _learn_send_fixed(rest: bytes, count: int) -> SendFixed | None:
     return fixed
 
 
+def _fixed_tail(cache: dict[bytes, Any], learn: Callable[[bytes, int], Any], src: bytes | bytearray, e: int,
+                hend: int, count: int) -> Any:
+    """The cached fixed part (SendFixed / PullFixed) for the header's constant tail src[e:hend] of a map
+    of `count` entries, learnt on first sight; None when it cannot be (the generic decoder takes it)."""
+    rest = src[e:hend]
+    if rest.__class__ is not bytes:
+        rest = bytes(rest)
+    fixed = cache.get(rest)
+    if fixed is None:
+        return learn(rest, count)
+    return fixed if fixed.count == count else None
+
+
 def _after_lead(src: bytes | bytearray, p: int, first_key: bytes, hend: int) -> tuple[int, int, int, int] | None:
     """The header's opaque, flag and map marker after a code/language/version lead ending at p, when the
     flag is a positive fixint, the remark nil and the map a fixmap whose first key is first_key; with the
@@ -393,15 +406,8 @@ def _decode_send(
         props = src[q:e].decode()
     except (UnicodeDecodeError, IndexError):
         return None
-    rest = src[e:hend]
-    if rest.__class__ is not bytes:
-        rest = bytes(rest)
-    fixed = _send_fixed.get(rest)
+    fixed = _fixed_tail(_send_fixed, _learn_send_fixed, src, e, hend, m & 0x0F)
     if fixed is None:
-        fixed = _learn_send_fixed(rest, m & 0x0F)
-        if fixed is None:
-            return None
-    elif fixed.count != m & 0x0F:
         return None
     ext = fixed.template.copy()
     ext["g"] = born
@@ -496,15 +502,8 @@ def _decode_pull(
         commit_offset = src[p + 1 : e].decode()
     except (UnicodeDecodeError, IndexError):
         return None
-    rest = src[e:hend]
-    if rest.__class__ is not bytes:
-        rest = bytes(rest)
-    fixed = _pull_fixed.get(rest)
+    fixed = _fixed_tail(_pull_fixed, _learn_pull_fixed, src, e, hend, m & 0x0F)
     if fixed is None:
-        fixed = _learn_pull_fixed(rest, m & 0x0F)
-        if fixed is None:
-            return None
-    elif fixed.count != m & 0x0F:
         return None
     ext = fixed.template.copy()
     ext["queueOffset"] = queue_offset

@@ -379,13 +379,7 @@ class ReputMessageService:
                 and wp + 20 * n <= cq_mf.file_size
             ):
                 return 0
-            flat: list[int] = [0] * (3 * n)
-            flat[0::3] = phys
-            flat[1::3] = sizes
-            flat[2::3] = tags_codes
-            _cq_units(n).pack_into(cq_mf.mm, wp, *flat)
-            cq_mf.wrote_position = wp + 20 * n
-            cq.max_physic_offset = end
+            _append_cq_run(cq, cq_mf, wp, run)
         if idx is not None and not idx.build_index_uniq_column(topic, phys, store_ts, sys_flag, uniq_col):
             # Record by record (two keys of the run in one slot, a replay, a rollback, non-ASCII keys): the
             # file has room for every key (checked above), so no roll.
@@ -424,13 +418,7 @@ class ReputMessageService:
                 and wp + 20 * n <= cq_mf.file_size
                 and n <= _MAX_CQ_RUN
             ):
-                flat: list[int] = [0] * (3 * n)
-                flat[0::3] = phys
-                flat[1::3] = sizes
-                flat[2::3] = tags_codes
-                _cq_units(n).pack_into(cq_mf.mm, wp, *flat)
-                cq_mf.wrote_position = wp + 20 * n
-                cq.max_physic_offset = end
+                _append_cq_run(cq, cq_mf, wp, run)
             else:  # replays, gaps, a queue's first unit, a file boundary: unit by unit
                 for k in range(n):
                     if cq.need_new_file():
@@ -524,6 +512,19 @@ class ReputMessageService:
         if idx is not None:
             idx.commit_header()
         return done
+
+
+def _append_cq_run(cq: ConsumeQueue, cq_mf: Any, wp: int, run: DispatchTuple) -> None:
+    """A run's ConsumeQueue units (offset, size, tags code) written with one pack at the queue's end wp."""
+    phys, sizes, tags_codes = run[7], run[8], run[9]
+    n = len(phys)
+    flat: list[int] = [0] * (3 * n)
+    flat[0::3] = phys
+    flat[1::3] = sizes
+    flat[2::3] = tags_codes
+    _cq_units(n).pack_into(cq_mf.mm, wp, *flat)
+    cq_mf.wrote_position = wp + 20 * n
+    cq.max_physic_offset = run[1]
 
 
 def _notify_listeners_run(filters: dict[Any, Any], listeners: Any, run: DispatchTuple) -> None:
