@@ -206,8 +206,9 @@ class RequestDispatcher:
 
     def dispatch_many(self, conn: RemotingConnection, cmds: list[RemotingCommand], now: float) -> None:
         """Dispatch the requests one read brought, in order. A run of consecutive requests whose processor
-        is `groupable` goes to its group function in one call (one store round, one write of the answers)
-        when its group has a free slot; everything else is dispatched one by one."""
+        is `groupable` (a lone one too: the group function is that processor's fast path) goes to its group
+        function in one call (one store round, one write of the answers) when its group has a free slot;
+        everything else is dispatched one by one."""
         table = self._table
         group_fns = self._group_fns
         i = 0
@@ -224,7 +225,7 @@ class RequestDispatcher:
             limit = min(n, i + MAX_GROUP_SIZE)
             while j < limit and group_fns.get(cmds[j].code) is group_fn:
                 j += 1
-            if j - i == 1 or g.inflight >= g.concurrency:
+            if g.inflight >= g.concurrency:
                 for k in range(i, j):
                     self.dispatch(conn, cmds[k], now)
             else:
@@ -621,6 +622,20 @@ class RemotingConnection(asyncio.Protocol):
             log.warning("bad_frame_closing_connection", peer=self.remote_addr, role=self._role, reason=str(e))
             self.abort()
             return
+        if len(cmds) != 1 or self._flush_scheduled:
+            # Answers go out in one coalesced write later in this loop iteration (see send).
+            self._handle(cmds, now)
+            return
+        # A read of one frame (a sync send, a lone pull): what handling it produces is written as soon as
+        # it is done, before the work it woke (the dispatch of what was stored) runs, and with no wait for
+        # another loop turn. Until then senders see a flush as already scheduled and only append.
+        self._flush_scheduled = True
+        try:
+            self._handle(cmds, now)
+        finally:
+            self._flush()
+
+    def _handle(self, cmds: list[RemotingCommand], now: float) -> None:
         requests: list[RemotingCommand] = []
         for cmd in cmds:
             if cmd.flag & RemotingFlag.RPC_TYPE:
@@ -637,8 +652,6 @@ class RemotingConnection(asyncio.Protocol):
         if dispatcher is None:
             for cmd in requests:
                 log.debug("request_ignored_no_dispatcher", peer=self.remote_addr, code=cmd.code)
-        elif len(requests) == 1:
-            dispatcher.dispatch(self, requests[0], now)
         else:
             dispatcher.dispatch_many(self, requests, now)
 

@@ -103,6 +103,55 @@ async def test_busy_group_falls_back_to_the_bounded_queue(served) -> None:
     assert [r.code for r in rest] == [ResponseCode.SUCCESS] * 4
 
 
+async def test_lone_request_takes_the_group_function(served) -> None:
+    # The group function is the processor's fast path: a request that came alone uses it too.
+    app, addr, client = served
+    r = await client.invoke(addr, RemotingCommand.request(PUT, {"v": "solo"}), 3000)
+    assert r.code == ResponseCode.SUCCESS and r.ext("v") == "solo"
+    assert app.runs == [["solo"]] and app.singles == []
+
+
+async def test_lone_request_is_answered_before_the_work_it_woke() -> None:
+    # A sync send's answer must not wait behind what storing it scheduled (the dispatch of the record):
+    # a read of one frame writes its answer before the loop runs the callbacks its handling scheduled.
+    events: list[str] = []
+
+    def process(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:  # answers inline, as a send does
+        t = ctx.conn.transport
+        if not getattr(t, "_wrapped", False):
+            real = t.writelines
+
+            class Spy:
+                _wrapped = True
+
+                def __getattr__(self, name: str) -> object:
+                    return getattr(t, name)
+
+                def writelines(self, data: list[bytes]) -> None:
+                    events.append("write")
+                    real(data)
+
+            ctx.conn.transport = Spy()  # type: ignore[assignment]
+        asyncio.get_running_loop().call_soon(events.append, "woken")
+        return cmd.response(ext_fields={"v": cmd.ext("v") or ""})
+
+    d = RequestDispatcher()
+    d.register(PUT, process)
+    srv = RemotingServer(d, host="127.0.0.1", port=0)
+    _, port = await srv.start()
+    client = RemotingClient()
+    try:
+        for i in range(3):
+            events.clear()
+            r = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(PUT, {"v": str(i)}), 3000)
+            assert r.ext("v") == str(i)
+            await asyncio.sleep(0.01)
+            assert events == ["write", "woken"]
+    finally:
+        await client.close()
+        await srv.stop()
+
+
 def test_frame_decoder_reads_in_place_and_keeps_partial_frames() -> None:
     cmds = [RemotingCommand.request(PUT, {"v": str(i)}, b"b" * i) for i in range(5)]
     cmds[3].serialize_type = SerializeType.MSGPACK
