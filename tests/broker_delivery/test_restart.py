@@ -57,7 +57,8 @@ async def send_two(wire: Wire, topic: str) -> int:
     """A (200 ms) to queue 0 and B (3 s) to queue 1; returns B's due time."""
     await wire.send(topic, b"A", queue_id=0, properties=message_props(keys="A", DELAY="1"))
     await wire.send(topic, b"B", queue_id=1, properties=message_props(keys="B", DELAY="2"))
-    [parked] = await wire.pull(SCHEDULE_TOPIC, 1, 0)
+    # Long-polled (bounded): the send is answered once B is stored, its consume queue entry may come later.
+    [parked] = await wire.pull(SCHEDULE_TOPIC, 1, 0, wait_s=5)
     assert parked.keys == "B"
     return parked.store_timestamp + SLOW_MS
 
@@ -113,14 +114,16 @@ async def test_sigkill_restart_neither_loses_nor_repeats(brokers: Brokers) -> No
     d.kill()  # SIGKILL: no shutdown, delayOffset.json never written
     assert not (brokers.store / "config" / "delayOffset.json").exists()
 
-    # restarted before B is due: B still waits for its time, A is not delivered again
+    # Restarted before B is due (B still waits for its time) -- unless the restart itself took longer
+    # than B's delay (a loaded host: 3-6 s seen), when B is overdue and goes at once (as after SIGTERM).
+    # Either way: A is not delivered again, B is delivered once, never early, and not late.
     _d2, addr2 = brokers.start()
-    assert now_ms() < due_b
+    back = now_ms()
     wire = Wire(addr2)
     try:
         b = await wire.pull_one(topic, 1, 0, wait_s=SLOW_MS / 1000 + 5)
         assert b.body == b"B" and b.store_timestamp >= due_b
-        assert b.store_timestamp <= due_b + 1000
+        assert b.store_timestamp <= max(due_b, back) + 1000
         await assert_each_once(wire, topic)
     finally:
         await wire.close()
