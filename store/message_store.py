@@ -173,6 +173,11 @@ class DefaultMessageStore:
         # Indirection so tests can slow the disk down.
         self.commit_log_fsync: Callable[[MappedFile], None] = MappedFile.fsync_blocking
         self.tags_code_cache: dict[str, int] = {}
+        # Per deleted topic, the commit log's end when it was deleted, kept while dispatch is behind it.
+        # The topic's records before that offset went down with the topic: the dispatcher must not build
+        # them into a new ConsumeQueue (that brought deleted messages back, under the queue offsets that
+        # sends after the delete are given again from 0). Mutated in place: the dispatcher holds it.
+        self.deleted_topic_offsets: dict[str, int] = {}
         self._total_memory = _total_physical_memory()
         self._tasks: list[asyncio.Task[None]] = []
         self._background: list[Future[None]] = []
@@ -607,15 +612,28 @@ class DefaultMessageStore:
 
     def delete_topics(self, topics: set[str] | Sequence[str]) -> int:
         """Drop the consume queues of `topics` (their commit log records age out normally). The queues
-        vanish at once; their files are deleted on the store's I/O thread. Returns the queue count."""
+        vanish at once; their files are deleted on the store's I/O thread. Records of the topics stored
+        before now and not dispatched yet are never dispatched to a queue. Returns the queue count."""
         victims: list[ConsumeQueue] = []
+        cut = self.commit_log.get_max_offset()
+        behind = self.reput_message_service.reput_from_offset < cut
+        deleted = self.deleted_topic_offsets
         for topic in set(topics):
+            if behind and deleted.get(topic, -1) < cut:
+                deleted[topic] = cut  # records stored but not dispatched yet: see deleted_topic_offsets
             qmap = self.consume_queue_table.pop(topic, None)
             if not qmap:
                 continue
             for cq in qmap.values():
                 self.commit_log.remove_queue_from_topic_queue_table(cq.topic, cq.queue_id)
                 victims.append(cq)
+        if behind:
+            # Queues whose records are all undispatched have no ConsumeQueue yet: their next queue
+            # offsets go too, so sends after the delete start again at 0 there as well.
+            gone = set(topics)
+            table = self.commit_log.topic_queue_table
+            for key in [k for k in table if k.rpartition("-")[0] in gone]:
+                del table[key]
         if victims:
 
             def destroy() -> None:

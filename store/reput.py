@@ -211,6 +211,9 @@ class ReputMessageService:
         # listener: with many queues most are seen once); cleared after every await.
         wanting: dict[Any, Any] = {}
         cq_table = store.consume_queue_table
+        # Deleted topics' records not to build into a queue (store.deleted_topic_offsets): empty, so falsy,
+        # but for the moments after a delete that found dispatch behind.
+        deleted = store.deleted_topic_offsets
         max_off = cl.get_max_offset()
         done = 0
         last_topic: str | None = None
@@ -255,6 +258,8 @@ class ReputMessageService:
                 phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, props = rec
                 tran = sys_flag & _TRAN_MASK
                 consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+                if consumable and deleted and phy < deleted.get(topic, -1):
+                    consumable = False  # stored before its topic was deleted: indexed, never queued
                 if consumable:
                     if qid != last_qid or topic != last_topic or cq is None:
                         qmap = cq_table.get(topic)
@@ -271,6 +276,11 @@ class ReputMessageService:
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
                         wanting.clear()
+                        if deleted and phy < deleted.get(topic, -1):
+                            # The topic was deleted meanwhile: `cq` is out of the table, its files being
+                            # destroyed. This record again (read from the log), now without a queue.
+                            cq = None
+                            continue
                         files = cq.mapped_file_queue.mapped_files
                     cq_mf = files[-1]
                     wp = cq_mf.wrote_position
@@ -318,6 +328,7 @@ class ReputMessageService:
                             await self._roll_index(idx)
                             max_off = cl.get_max_offset()
                             wanting.clear()
+                            cq = None  # looked up again: a topic may have been deleted meanwhile
                             f = idx.index_file_list[-1]
                         _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)  # type: ignore[arg-type]
                 if consumable and listeners:
@@ -341,6 +352,10 @@ class ReputMessageService:
         finally:
             if g_phys:
                 _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+            if deleted:
+                upto = self.reput_from_offset
+                for t in [t for t, cut in deleted.items() if cut <= upto]:
+                    del deleted[t]  # dispatch has passed the delete: nothing of the topic left to skip
             if logics_ts:
                 store.store_checkpoint.logics_msg_timestamp = logics_ts
             if idx is not None:
@@ -362,6 +377,9 @@ class ReputMessageService:
                 return 0
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+        deleted = store.deleted_topic_offsets
+        if consumable and deleted and first < deleted.get(topic, -1):
+            consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
             qmap = store.consume_queue_table.get(topic)
             cq = qmap.get(qid) if qmap is not None else None
@@ -403,12 +421,18 @@ class ReputMessageService:
         n = len(phys)
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+        deleted = store.deleted_topic_offsets
+        if consumable and deleted and first < deleted.get(topic, -1):
+            consumable = False  # stored before its topic was deleted
         if consumable:
             cq = store.find_consume_queue(topic, qid)
             files = cq.mapped_file_queue.mapped_files
             if not files or files[-1].wrote_position >= files[-1].file_size:
                 await self._create_queue_files(cq, qo0)
                 files = cq.mapped_file_queue.mapped_files
+                # Deleted meanwhile: `cq` is out of the table, its files being destroyed.
+                consumable = not (deleted and first < deleted.get(topic, -1))
+        if consumable:
             cq_mf = files[-1]
             wp = cq_mf.wrote_position
             if (
@@ -423,6 +447,9 @@ class ReputMessageService:
                 for k in range(n):
                     if cq.need_new_file():
                         await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0 + k)
+                        if deleted and first < deleted.get(topic, -1):
+                            consumable = False  # deleted meanwhile (as above): the rest goes with it
+                            break
                     cq.put_message_position_info(phys[k], sizes[k], tags_codes[k], qo0 + k)
         idx = store.index_service
         if idx is not None and not (
@@ -451,6 +478,7 @@ class ReputMessageService:
         queues) otherwise costs one serialized thread round trip per queue: ~4 ms each behind a busy
         loop, so dispatch fell ~17 s behind the sends."""
         store = self.store
+        deleted = store.deleted_topic_offsets
         jobs = [(cq, cq_offset)]
         seen = {id(cq)}
         for rec in islice(self._pending, _CREATE_AHEAD):
@@ -458,6 +486,8 @@ class ReputMessageService:
             tran = sys_flag & _TRAN_MASK
             if tran != _TRAN_NOT and tran != _TRAN_COMMIT:
                 continue
+            if deleted and rec[0] < deleted.get(rec[2], -1):
+                continue  # never queued (store.deleted_topic_offsets): no queue, no file
             other = store.find_consume_queue(rec[2], rec[3])
             if id(other) not in seen:
                 seen.add(id(other))
