@@ -5,6 +5,7 @@ counted by valgrind's callgrind (immune to the CPU steal and neighbours that mak
     .venv/bin/python bench/bench_callgrind.py                        # batch, ASYNC_FLUSH
     .venv/bin/python bench/bench_callgrind.py --workload single --flush sync
     .venv/bin/python bench/bench_callgrind.py --root /tmp/old-tree   # another checkout, same harness
+    .venv/bin/python bench/bench_callgrind.py --workload single --topics 1000   # spread over 1000 topics
 
 In-process: a real BrokerController and store (temporary directory), requests built as our producer
 builds them (SEND_BATCH_MESSAGE of 32 x 1 KiB, or SEND_MESSAGE_V2 of 1 KiB with WAIT and UNIQ_KEY),
@@ -13,6 +14,11 @@ then dispatched by the reput service. Frame decoding and the socket write are no
 script runs itself twice under callgrind, processing a small and a large number of the same built
 requests, and divides the difference by the extra messages: start-up, building the requests and
 shutdown cancel out.
+
+--topics N spreads the requests over N topics of 4 queues, round-robin over the topics as the
+`topics` workload of wl_rocketmq.py sends (request k: topic k % N, queue (k // N) % 4), so the run
+against --topics 1 gives the broker's extra instructions per message for many topics. Every queue
+of every topic is written once before the timed runs, so consume queue files exist.
 """
 
 from __future__ import annotations
@@ -35,7 +41,11 @@ BATCH = 32
 GROUP = {"batch": 4, "single": 16}
 
 
-def build_requests(workload: str, n_requests: int, start: int) -> list[Any]:
+def topic_names(n_topics: int) -> list[str]:
+    return ["CallgrindT"] if n_topics == 1 else [f"CallgrindT_{i}" for i in range(n_topics)]
+
+
+def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1) -> list[Any]:
     from client.message import Message, encode_messages
     from remoting.codes import RequestCode
     from remoting.command import RemotingCommand
@@ -43,6 +53,7 @@ def build_requests(workload: str, n_requests: int, start: int) -> list[Any]:
     from remoting.message import encode_properties
 
     body = b"x" * 1024
+    names = topic_names(n_topics)
     out = []
     seq = start
     for k in range(n_requests):
@@ -65,15 +76,15 @@ def build_requests(workload: str, n_requests: int, start: int) -> list[Any]:
             seq += 1
             uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
             h = SendMessageRequestHeader(
-                producer_group="PG", topic="CallgrindT", queue_id=k % 4, born_timestamp=1763800000000,
-                properties="WAIT\x01true\x02UNIQ_KEY\x01" + uniq, default_topic="TBW102",
+                producer_group="PG", topic=names[k % n_topics], queue_id=(k // n_topics) % 4,
+                born_timestamp=1763800000000, properties="WAIT\x01true\x02UNIQ_KEY\x01" + uniq, default_topic="TBW102",
                 default_topic_queue_nums=4,
             )
             out.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_send_header_v2(h), body))
     return out
 
 
-async def child(workload: str, flush: str, n_requests: int, n_built: int) -> None:
+async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1) -> None:
     from broker.config import BrokerConfig
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
@@ -88,23 +99,29 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int) -> Non
         "brokerName": "broker-cg", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
         "mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmMapedFileEnable": False,
         "flushDiskType": "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
+        # The consume queue flush walks every queue once a second of wall time, and a run under callgrind
+        # is ~50x slower than a real one: with 4 000 queues that walk would be counted ~50x per message.
+        "flushIntervalConsumeQueue": 3_600_000,
     })
     c = BrokerController(cfg)
     await c.start()
     try:
-        c.topic_config_manager.update_topic_config(
-            TopicConfig(topic_name="CallgrindT", read_queue_nums=4, write_queue_nums=4))
+        names = topic_names(n_topics)
+        for t in names:
+            c.topic_config_manager.update_topic_config(TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4))
         proc = c.send_message_processor
         ctx = RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
         reput = c.message_store.reput_message_service
         group = GROUP[workload]
-        warm = build_requests(workload, 10 * group, 0)
+        # Every queue of every topic once (single sends), so no timed run creates a queue file.
+        n_warm = 10 * group if n_topics == 1 or workload == "batch" else -(-4 * n_topics // group) * group
+        warm = build_requests(workload, n_warm, 0, n_topics)
         for i in range(0, len(warm), group):
             r = await proc.process_requests(ctx, warm[i:i + group])
             assert r[0] is not None and r[0].code == 0, (r[0] and r[0].code, r[0] and r[0].remark)
         await reput.wait_caught_up(10)
         # Both runs build as many requests (the long run's count), so building cancels out.
-        timed = build_requests(workload, max(n_built, n_requests), 10 * group * BATCH)
+        timed = build_requests(workload, max(n_built, n_requests), 10 * group * BATCH + n_warm, n_topics)
         gc.collect()
         gc.freeze()  # as remoting.loop.run does in the daemons
         for i in range(0, n_requests, group):
@@ -112,7 +129,7 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int) -> Non
             await asyncio.sleep(0)
         await reput.wait_caught_up(30)
         per_request = BATCH if workload == "batch" else 1
-        stored = sum(c.message_store.get_max_offset_in_queue("CallgrindT", q) for q in range(4))
+        stored = sum(c.message_store.get_max_offset_in_queue(t, q) for t in names for q in range(4))
         expected = (len(warm) + n_requests) * per_request
         if stored != expected:  # a refused send would make the count meaningless
             raise SystemExit(f"{stored} messages in the queues, expected {expected}")
@@ -121,19 +138,22 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int) -> Non
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
-def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int) -> int:
+def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
+                 keep: Path | None = None) -> int:
     """Loop-thread instructions of one child run under callgrind."""
     with tempfile.TemporaryDirectory(prefix="cg-out-") as out:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
                f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
                "--child", "--root", str(root), "--workload", workload, "--flush", flush,
-               "--requests", str(n_requests), "--built", str(n_built)]
+               "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
             raise SystemExit(f"callgrind run failed:\n{r.stderr[-2000:]}")
         main = sorted(glob.glob(f"{out}/cg.*-01"))  # thread 1: the event loop
         if not main:
             raise SystemExit("no callgrind output for the main thread")
+        if keep is not None:  # for callgrind_annotate
+            shutil.copy(main[0], keep)
         for line in open(main[0]):
             if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])
@@ -147,6 +167,10 @@ def main() -> int:
     ap.add_argument("--root", type=Path, default=HERE, help="the checkout to measure (default: this one)")
     ap.add_argument("--small", type=int, default=None, help="requests in the short run")
     ap.add_argument("--large", type=int, default=None, help="requests in the long run")
+    ap.add_argument("--topics", type=int, default=1, help="spread the requests over this many topics of 4 queues")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="copy the long run's loop-thread callgrind output here (for callgrind_annotate), the "
+                         "short run's to KEEP.small")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--requests", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
@@ -158,18 +182,22 @@ def main() -> int:
         configure_logging(level="ERROR")
         import uvloop
 
-        uvloop.run(child(a.workload, a.flush, a.requests, a.built))
+        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
     per_request = BATCH if a.workload == "batch" else 1
     small = a.small or (40 if a.workload == "batch" else 640)
     large = a.large or (240 if a.workload == "batch" else 3840)
-    lo = instructions(a.root, a.workload, a.flush, small, large)
-    hi = instructions(a.root, a.workload, a.flush, large, large)
+    if a.topics < 1 or (a.topics > 1 and a.workload == "batch"):
+        raise SystemExit("--topics: 1 or more, and only with --workload single")
+    lo = instructions(a.root, a.workload, a.flush, small, large, a.topics,
+                      a.keep.with_name(a.keep.name + ".small") if a.keep else None)
+    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep)
     per_msg = (hi - lo) / ((large - small) * per_request)
-    print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH: {per_msg:,.0f} loop-thread instructions per message "
-          f"({small} vs {large} requests)")
+    spread = f", {a.topics} topics x 4 queues" if a.topics > 1 else ""
+    print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH{spread}: {per_msg:,.0f} loop-thread instructions per "
+          f"message ({small} vs {large} requests)")
     return 0
 
 

@@ -12,11 +12,12 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_callgrind.py"
 
 
-@pytest.mark.parametrize(("workload", "flush"), [("batch", "async"), ("single", "sync")])
-def test_child_run_stores_its_requests(workload: str, flush: str) -> None:
+@pytest.mark.parametrize(("workload", "flush", "topics"),
+                         [("batch", "async", 1), ("single", "sync", 1), ("single", "async", 20)])
+def test_child_run_stores_its_requests(workload: str, flush: str, topics: int) -> None:
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--child", "--workload", workload, "--flush", flush,
-         "--requests", "32", "--built", "48"],
+         "--requests", "32", "--built", "48", "--topics", str(topics)],
         capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]
