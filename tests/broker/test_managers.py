@@ -50,6 +50,25 @@ def test_system_topics_at_start(tmp_path: Path) -> None:
     assert "TBW102" not in TopicConfigManager(cfg(tmp_path, autoCreateTopicEnable="false")).topic_config_table
 
 
+
+def test_serialize_wrapper_is_a_snapshot_and_perm_override_leaves_the_table(tmp_path: Path) -> None:
+    """The registration snapshot keeps its topic set when the table changes after it was taken, and a
+    perm override (broker not read-write) caps the snapshot's perms without touching the live configs."""
+    tcm = TopicConfigManager(cfg(tmp_path))
+    tcm.update_topic_config(TopicConfig(topic_name="Orders", read_queue_nums=4, write_queue_nums=4))
+    before = tcm.data_version.counter
+    w = tcm.build_serialize_wrapper()
+    tcm.update_topic_config(TopicConfig(topic_name="Later", read_queue_nums=2, write_queue_nums=2))
+    assert "Orders" in w.topic_config_table and "Later" not in w.topic_config_table
+    assert w.data_version.counter == before  # the version of the snapshot, not of the table now
+    body = json.loads(w.encode())
+    assert body["topicConfigTable"]["Orders"]["writeQueueNums"] == 4
+
+    capped = tcm.build_serialize_wrapper(PermName.PERM_READ)
+    assert {tc.perm for tc in capped.topic_config_table.values()} == {PermName.PERM_READ}
+    assert tcm.topic_config_table["Orders"].perm == PermName.PERM_READ | PermName.PERM_WRITE
+    assert tcm.topic_config_table["TBW102"].perm & PermName.PERM_INHERIT
+
 def test_auto_create_takes_min_of_client_and_template(tmp_path: Path) -> None:
     tcm = TopicConfigManager(cfg(tmp_path))
     changes: list[str] = []
