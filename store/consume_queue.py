@@ -31,7 +31,8 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.mapped_file_queue = MappedFileQueue(
-            os.path.join(store_path, topic, str(queue_id)), mapped_file_size, preallocate=preallocate
+            os.path.join(store_path, topic, str(queue_id)), mapped_file_size, preallocate=preallocate,
+            random_access=True,  # see MappedFile._no_read_around
         )
         self.max_physic_offset = -1  # commitlog offset + size of the last unit written
         self.min_logic_offset = 0  # byte offset of the first live unit

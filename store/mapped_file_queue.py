@@ -17,9 +17,11 @@ log = structlog.get_logger(__name__)
 
 class MappedFileQueue:
     def __init__(
-        self, store_path: str, mapped_file_size: int, *, preallocate: bool = True, warm: bool = False
+        self, store_path: str, mapped_file_size: int, *, preallocate: bool = True, warm: bool = False,
+        random_access: bool = False,
     ) -> None:
         self.store_path = store_path
+        self.random_access = random_access  # MappedFile._no_read_around on every file (ConsumeQueues)
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
         self.warm = warm
@@ -43,7 +45,9 @@ class MappedFileQueue:
                 names.append(name)
         names.sort()
         for name in names:
-            mf = MappedFile.open_blocking(os.path.join(self.store_path, name), self.mapped_file_size)
+            mf = MappedFile.open_blocking(
+                os.path.join(self.store_path, name), self.mapped_file_size, random_access=self.random_access
+            )
             mf.wrote_position = self.mapped_file_size
             mf.flushed_position = self.mapped_file_size
             self.mapped_files.append(mf)
@@ -52,7 +56,8 @@ class MappedFileQueue:
     def create_file_blocking(self, start_offset: int) -> MappedFile:
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
         return MappedFile.create_blocking(
-            path, self.mapped_file_size, preallocate=self.preallocate, warm=self.warm and self.preallocate
+            path, self.mapped_file_size, preallocate=self.preallocate, warm=self.warm and self.preallocate,
+            random_access=self.random_access,
         )
 
     def next_file_offset(self) -> int:

@@ -135,3 +135,40 @@ async def test_slow_commit_log_preallocation_does_not_hold_up_dispatch(
         assert all(store.get_max_offset_in_queue("SlowAlloc", q) == 1 for q in range(3))
     finally:
         gate.set()
+
+
+def _vm_flags(path: str) -> list[str]:
+    """The kernel's VmFlags of this process's mapping of `path` (proc(5): "rr" = MADV_RANDOM)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(" " + path):
+            for rest in lines[i + 1:]:
+                if rest.startswith("VmFlags:"):
+                    return rest.split()[1:]
+    raise AssertionError(f"{path} is not mapped")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_consume_queue_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
+    """ConsumeQueue maps (created or loaded) are advised random, so a write into a new page reads that
+    page only, not the disk's read-ahead window around it (with 4 000 queues crossing a page together
+    that paged in whole files: 40 000 sends took 20 s). CommitLog maps keep read-ahead."""
+    from store.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue("T", 0, str(tmp_path / "consumequeue"), 6000)
+    mf = cq.mapped_file_queue.create_file_blocking(0)
+    log = MappedFileQueue(str(tmp_path / "commitlog"), 8192)
+    lf = log.create_file_blocking(0)
+    try:
+        assert "rr" in _vm_flags(mf.file_name)
+        assert "rr" not in _vm_flags(lf.file_name)
+    finally:
+        mf.close_blocking()
+        lf.close_blocking()
+    loaded = ConsumeQueue("T", 0, str(tmp_path / "consumequeue"), 6000)
+    loaded.load_blocking()
+    try:
+        assert "rr" in _vm_flags(loaded.mapped_file_queue.mapped_files[0].file_name)
+    finally:
+        for f in loaded.mapped_file_queue.mapped_files:
+            f.close_blocking()
