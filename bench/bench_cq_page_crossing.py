@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from wl_rocketmq import ensure_topic, windowed  # noqa: E402
 
-from client import Message, Producer  # noqa: E402
+from client import Admin, Message, Producer  # noqa: E402
 from remoting.log import configure_logging  # noqa: E402
 from remoting.loop import run  # noqa: E402
 
@@ -49,6 +49,20 @@ def crosses_page(first_unit: int, last_unit: int) -> bool:
     return (first_unit * UNIT) // PAGE != ((last_unit + 1) * UNIT - 1) // PAGE
 
 
+async def wait_dispatched(ns: str, topic: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with Admin(ns) as admin:
+        while time.monotonic() < deadline:
+            try:
+                rows = await admin.topic_status(topic)
+            except Exception:  # noqa: BLE001 - the broker answers stats only once dispatch caught up
+                rows = []
+            if len(rows) == QUEUES and all(r.max_offset >= 1 for r in rows):
+                return
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{topic}: not dispatched within {timeout_s:.0f} s")
+
+
 async def main(a: argparse.Namespace) -> list[dict[str, Any]]:
     topics = [f"{a.prefix}_{i}" for i in range(a.topics)]
     for i in range(0, len(topics), 50):
@@ -60,6 +74,9 @@ async def main(a: argparse.Namespace) -> list[dict[str, Any]]:
         warm = [t for t in topics for _ in range(QUEUES)]
         seq = iter(range(len(warm)))
         await windowed(lambda: p.send_async(Message(warm[next(seq)], body)), len(warm), 64)
+        # Creating 4 000 queues' files takes the broker seconds, and dispatch waits for them: until the
+        # last topic's queues show their message, or the first chunks would pay for that catch-up.
+        await wait_dispatched(a.namesrv, topics[-1], 60.0)
         await asyncio.sleep(1.0)
         per = a.topics * QUEUES * a.per_queue
         unit = 1  # next unit index of every queue
