@@ -610,15 +610,22 @@ class DefaultMessageStore:
     def _check_in_disk_by_commit_offset(self, offset_py: int, max_offset_py: int) -> bool:
         return (max_offset_py - offset_py) > self._memory_for_hot_data()
 
+    def stored_before_delete(self, topic: str, phy_offset: int) -> bool:
+        """Whether the record at `phy_offset` went down with its deleted topic (deleted_topic_offsets):
+        the dispatcher then indexes it but builds no queue from it."""
+        cut = self.deleted_topic_offsets.get(topic)
+        return cut is not None and phy_offset < cut
+
     def delete_topics(self, topics: set[str] | Sequence[str]) -> int:
         """Drop the consume queues of `topics` (their commit log records age out normally). The queues
         vanish at once; their files are deleted on the store's I/O thread. Records of the topics stored
         before now and not dispatched yet are never dispatched to a queue. Returns the queue count."""
         victims: list[ConsumeQueue] = []
+        gone = set(topics)
         cut = self.commit_log.get_max_offset()
         behind = self.reput_message_service.reput_from_offset < cut
         deleted = self.deleted_topic_offsets
-        for topic in set(topics):
+        for topic in gone:
             if behind and deleted.get(topic, -1) < cut:
                 deleted[topic] = cut  # records stored but not dispatched yet: see deleted_topic_offsets
             qmap = self.consume_queue_table.pop(topic, None)
@@ -630,7 +637,6 @@ class DefaultMessageStore:
         if behind:
             # Queues whose records are all undispatched have no ConsumeQueue yet: their next queue
             # offsets go too, so sends after the delete start again at 0 there as well.
-            gone = set(topics)
             table = self.commit_log.topic_queue_table
             for key in [k for k in table if k.rpartition("-")[0] in gone]:
                 del table[key]

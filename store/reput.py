@@ -258,7 +258,7 @@ class ReputMessageService:
                 phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, props = rec
                 tran = sys_flag & _TRAN_MASK
                 consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
-                if consumable and deleted and phy < deleted.get(topic, -1):
+                if consumable and deleted and store.stored_before_delete(topic, phy):
                     consumable = False  # stored before its topic was deleted: indexed, never queued
                 if consumable:
                     if qid != last_qid or topic != last_topic or cq is None:
@@ -276,7 +276,7 @@ class ReputMessageService:
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
                         wanting.clear()
-                        if deleted and phy < deleted.get(topic, -1):
+                        if deleted and store.stored_before_delete(topic, phy):
                             # The topic was deleted meanwhile: `cq` is out of the table, its files being
                             # destroyed. This record again (read from the log), now without a queue.
                             cq = None
@@ -377,8 +377,7 @@ class ReputMessageService:
                 return 0
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
-        deleted = store.deleted_topic_offsets
-        if consumable and deleted and first < deleted.get(topic, -1):
+        if consumable and store.stored_before_delete(topic, first):
             consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
             qmap = store.consume_queue_table.get(topic)
@@ -421,9 +420,8 @@ class ReputMessageService:
         n = len(phys)
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
-        deleted = store.deleted_topic_offsets
-        if consumable and deleted and first < deleted.get(topic, -1):
-            consumable = False  # stored before its topic was deleted
+        if consumable and store.stored_before_delete(topic, first):
+            consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
             cq = store.find_consume_queue(topic, qid)
             files = cq.mapped_file_queue.mapped_files
@@ -431,7 +429,7 @@ class ReputMessageService:
                 await self._create_queue_files(cq, qo0)
                 files = cq.mapped_file_queue.mapped_files
                 # Deleted meanwhile: `cq` is out of the table, its files being destroyed.
-                consumable = not (deleted and first < deleted.get(topic, -1))
+                consumable = not store.stored_before_delete(topic, first)
         if consumable:
             cq_mf = files[-1]
             wp = cq_mf.wrote_position
@@ -447,7 +445,7 @@ class ReputMessageService:
                 for k in range(n):
                     if cq.need_new_file():
                         await loop.run_in_executor(executor, cq.create_next_file_blocking, qo0 + k)
-                        if deleted and first < deleted.get(topic, -1):
+                        if store.stored_before_delete(topic, first):
                             consumable = False  # deleted meanwhile (as above): the rest goes with it
                             break
                     cq.put_message_position_info(phys[k], sizes[k], tags_codes[k], qo0 + k)
@@ -486,7 +484,7 @@ class ReputMessageService:
             tran = sys_flag & _TRAN_MASK
             if tran != _TRAN_NOT and tran != _TRAN_COMMIT:
                 continue
-            if deleted and rec[0] < deleted.get(rec[2], -1):
+            if deleted and store.stored_before_delete(rec[2], rec[0]):
                 continue  # never queued (store.deleted_topic_offsets): no queue, no file
             other = store.find_consume_queue(rec[2], rec[3])
             if id(other) not in seen:

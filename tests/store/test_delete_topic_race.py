@@ -74,6 +74,16 @@ def spy_reput(store: DefaultMessageStore) -> tuple[asyncio.Event, list[BaseExcep
     return asked, errors
 
 
+async def start_held(
+    store: DefaultMessageStore, hold: Callable[[DefaultMessageStore], threading.Event]
+) -> tuple[DefaultMessageStore, asyncio.Event, list[BaseException], threading.Event]:
+    """Start the store with its dispatcher spied on (spy_reput) and its allocation thread held (the gate
+    to set): (store, asked, errors, gate)."""
+    await store.start()
+    asked, errors = spy_reput(store)
+    return store, asked, errors, hold(store)
+
+
 def bodies(store: DefaultMessageStore, topic: str, queue_id: int) -> list[tuple[int, bytes]]:
     r = store.get_message("g", topic, queue_id, 0, 64)
     return [(o, decode_message(bytes(b))[0].body) for o, b in zip(r.message_queue_offsets, r.message_buffers, strict=True)]
@@ -88,10 +98,7 @@ async def test_delete_while_dispatch_waits_for_the_topics_file(
     make_store: Callable[..., DefaultMessageStore], held_alloc_thread: Callable[[DefaultMessageStore], threading.Event],
     tmp_path: Path,
 ) -> None:
-    store = make_store(tmp_path / "s")
-    await store.start()
-    asked, errors = spy_reput(store)
-    gate = held_alloc_thread(store)
+    store, asked, errors, gate = await start_held(make_store(tmp_path / "s"), held_alloc_thread)
     results = await store.put_many([batch(TOPIC, 0, 4, "old"), [make_msg(TOPIC, b"old-single", queue_id=1)]])
     assert all(r.is_ok for r in results)
     # The dispatcher waits (held thread) for Gone/0's first file when the topic is deleted ...
@@ -122,10 +129,7 @@ async def test_delete_while_dispatch_is_behind_on_another_topic(
     make_store: Callable[..., DefaultMessageStore], held_alloc_thread: Callable[[DefaultMessageStore], threading.Event],
     tmp_path: Path,
 ) -> None:
-    store = make_store(tmp_path / "s")
-    await store.start()
-    asked, errors = spy_reput(store)
-    gate = held_alloc_thread(store)
+    store, asked, errors, gate = await start_held(make_store(tmp_path / "s"), held_alloc_thread)
     results = await store.put_many(
         [[make_msg("Kept", b"k0", queue_id=0)], batch(TOPIC, 2, 3, "old"), [make_msg(TOPIC, b"old-single", queue_id=3)]]
     )
