@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -26,9 +25,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from wl_rocketmq import ensure_topic, windowed  # noqa: E402
+from wl_rocketmq import ensure_topic, proc_cpu_times, wait_dispatched, windowed  # noqa: E402
 
-from client import Admin, Message, Producer  # noqa: E402
+from client import Message, Producer  # noqa: E402
 from remoting.log import configure_logging  # noqa: E402
 from remoting.loop import run  # noqa: E402
 
@@ -37,30 +36,9 @@ PAGE = 4096
 QUEUES = 4
 
 
-def broker_cpu_s(pid: int) -> tuple[float, float]:
-    """(user, system) seconds of the process."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tck = os.sysconf("SC_CLK_TCK")
-    return int(f[11]) / tck, int(f[12]) / tck
-
-
 def crosses_page(first_unit: int, last_unit: int) -> bool:
     """Whether units first..last (0-based, inclusive) of a queue touch more than one 4 KiB page."""
     return (first_unit * UNIT) // PAGE != ((last_unit + 1) * UNIT - 1) // PAGE
-
-
-async def wait_dispatched(ns: str, topic: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with Admin(ns) as admin:
-        while time.monotonic() < deadline:
-            try:
-                rows = await admin.topic_status(topic)
-            except Exception:  # noqa: BLE001 - the broker answers stats only once dispatch caught up
-                rows = []
-            if len(rows) == QUEUES and all(r.max_offset >= 1 for r in rows):
-                return
-            await asyncio.sleep(0.2)
-    raise SystemExit(f"{topic}: not dispatched within {timeout_s:.0f} s")
 
 
 async def main(a: argparse.Namespace) -> list[dict[str, Any]]:
@@ -76,7 +54,8 @@ async def main(a: argparse.Namespace) -> list[dict[str, Any]]:
         await windowed(lambda: p.send_async(Message(warm[next(seq)], body)), len(warm), 64)
         # Creating 4 000 queues' files takes the broker seconds, and dispatch waits for them: until the
         # last topic's queues show their message, or the first chunks would pay for that catch-up.
-        await wait_dispatched(a.namesrv, topics[-1], 60.0)
+        if not await wait_dispatched(a.namesrv, topics[-1], QUEUES, 60.0):
+            raise SystemExit(f"{topics[-1]}: warm-up not dispatched within 60 s")
         await asyncio.sleep(1.0)
         per = a.topics * QUEUES * a.per_queue
         unit = 1  # next unit index of every queue
@@ -88,9 +67,9 @@ async def main(a: argparse.Namespace) -> list[dict[str, Any]]:
             return p.send_async(Message(topics[k % a.topics], body))
 
         for c in range(a.chunks):
-            (u0, s0), t0 = broker_cpu_s(a.broker_pid), time.perf_counter()
+            (u0, s0), t0 = proc_cpu_times(a.broker_pid), time.perf_counter()
             await windowed(send, per, a.inflight)
-            (u1, s1), t1 = broker_cpu_s(a.broker_pid), time.perf_counter()
+            (u1, s1), t1 = proc_cpu_times(a.broker_pid), time.perf_counter()
             row = {
                 "chunk": c, "units": [unit, unit + a.per_queue - 1],
                 "crosses_page": crosses_page(unit, unit + a.per_queue - 1),

@@ -145,12 +145,32 @@ async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflig
     return {"msgs": count, "seconds": dt, "client_cpu_s": cpu, **percentiles(lat)}
 
 
+def proc_cpu_times(pid: int) -> tuple[float, float]:
+    """(utime, stime) of process `pid` in seconds."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(f[11]) / tck, int(f[12]) / tck
+
+
 def proc_cpu_s(pid: int | None) -> float:
     """utime + stime of process `pid` in seconds (0 without a pid)."""
-    if not pid:
-        return 0.0
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(proc_cpu_times(pid)) if pid else 0.0
+
+
+async def wait_dispatched(ns: str, topic: str, queues: int, timeout_s: float) -> bool:
+    """Wait (bounded) until every queue of `topic` shows a message: the broker creates new queues' files
+    as it dispatches, behind the sends. False when the time ran out."""
+    deadline = time.monotonic() + timeout_s
+    async with Admin(ns) as admin:
+        while time.monotonic() < deadline:
+            try:
+                rows = await admin.topic_status(topic)
+            except Exception:  # noqa: BLE001 - the broker answers stats only once dispatch caught up
+                rows = []
+            if len(rows) == queues and all(r.max_offset >= 1 for r in rows):
+                return True
+            await asyncio.sleep(0.2)
+    return False
 
 
 async def w_topics(ns: str, single: str, topics: list[str], count: int, body: bytes, inflight: int,
@@ -173,15 +193,7 @@ async def w_topics(ns: str, single: str, topics: list[str], count: int, body: by
         # The broker creates those files as it dispatches, behind the sends: wait (bounded) until the
         # last topic's queues show their message, so neither side's timed rounds pay for that.
         w0 = time.monotonic()
-        async with Admin(ns) as admin:
-            while time.monotonic() < w0 + 60:
-                try:
-                    rows = await admin.topic_status(topics[-1])
-                except Exception:  # noqa: BLE001 - the broker answers stats only once dispatch caught up
-                    rows = []
-                if len(rows) == 4 and all(r.max_offset >= 1 for r in rows):
-                    break
-                await asyncio.sleep(0.2)
+        await wait_dispatched(ns, topics[-1], 4, 60)
         dispatch_wait_s = time.monotonic() - w0
         await asyncio.sleep(1.0)  # let the broker's config persistence and registration settle
         for _ in range(rounds):
