@@ -54,6 +54,7 @@ _CREATE_AHEAD = 512  # pending records looked at for other queues needing a file
 
 _MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
 _MAX_GATHER = 64  # single records' index entries written as one run (bounds the run structs cached)
+SHUTDOWN_DISPATCH_TIMEOUT_S = 5.0  # Java: 50 x 100 ms before ReputMessageService stops
 
 
 @functools.lru_cache(maxsize=16)
@@ -72,6 +73,7 @@ class ReputMessageService:
         self._stopped = False
         self._caught_up = asyncio.Event()
         self.dispatched_count = 0
+        self.shutdown_dispatch_timeout = SHUTDOWN_DISPATCH_TIMEOUT_S
 
     # ------------------------------------------------------------------------------ feed
 
@@ -98,7 +100,10 @@ class ReputMessageService:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ReputMessageService")
 
     async def shutdown(self) -> None:
-        """Dispatch what is left, then stop."""
+        """Dispatch what is left for up to `shutdown_dispatch_timeout` seconds, then stop. As Java's
+        service (which waits 50 x 100 ms), a deep backlog does not hold the broker's stop: what is still
+        undispatched stays in the commit log, the store is closed as not clean, and the next start
+        dispatches it (recovery resumes from the consume queues' and index's progress)."""
         self._stopped = True
         self._event.set()
         if self._task is not None:
@@ -107,8 +112,17 @@ class ReputMessageService:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        for _ in range(100000):
-            if not self.is_commit_log_available():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.shutdown_dispatch_timeout
+        while self.is_commit_log_available():
+            if loop.time() >= deadline:
+                log.warning(
+                    "reput_shutdown_undispatched",
+                    reput_from=self.reput_from_offset,
+                    commitlog_max=self.store.commit_log.get_max_offset(),
+                    undispatched_bytes=self.behind(),
+                    timeout_s=self.shutdown_dispatch_timeout,
+                )
                 break
             if await self.do_reput(_BATCH, notify=False) == 0:
                 break

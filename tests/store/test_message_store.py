@@ -472,3 +472,43 @@ async def test_consume_queue_files_are_sparse_commit_log_preallocated(
     cl = sorted((root / "commitlog").iterdir())[0].stat()
     assert cl.st_blocks * 512 >= cl.st_size  # preallocated
     await store.shutdown()
+
+
+async def test_stop_with_dispatch_backlog_is_bounded_and_loses_nothing(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    """A broker stopped while dispatch is far behind does not drain the whole backlog first (Java waits at
+    most 5 s): the store closes as not clean and the next start dispatches what was left, each message
+    once, index entries included."""
+    root = tmp_path / "store"
+    s1 = make_store(root)
+    await s1.start()
+    rs = s1.reput_message_service
+    await put_n(s1, 5, keys="before")
+    assert await rs.wait_caught_up(5)
+    rs.shutdown_dispatch_timeout = 0.0
+    await rs.shutdown()  # dispatch stopped from here on: every put below is backlog
+    n = 300
+    for i in range(n):
+        assert (await s1.put_message(make_msg(body=b"b" * 500, queue_id=i % 3, keys=f"bk{i}"))).is_ok
+    assert rs.is_commit_log_available()
+    assert [s1.get_max_offset_in_queue("TopicTest", q) for q in range(3)] == [5, 0, 0]
+    max_phy = s1.get_commit_log_max_offset()
+    await s1.shutdown()
+    assert (root / "abort").exists()  # not clean: the undispatched tail is known to be owed
+
+    s2 = make_store(root)
+    await s2.start()
+    assert not s2.last_exit_ok
+    assert s2.get_commit_log_max_offset() == max_phy
+    assert [s2.get_max_offset_in_queue("TopicTest", q) for q in range(3)] == [5 + 100, 100, 100]
+    offsets: list[int] = []
+    while len(offsets) < 100:  # a pull answers at most maxTransferCountOnMessageInMemory
+        got = s2.get_message("g", "TopicTest", 1, len(offsets), 100)
+        msgs = decode_messages(b"".join(bytes(b) for b in got.message_buffers))
+        assert msgs and all(m.body == b"b" * 500 for m in msgs)
+        offsets += [m.queue_offset for m in msgs]
+    assert offsets == list(range(100))
+    assert len(s2.query_message("TopicTest", "bk299", 32, 0, 1 << 62).message_buffers) == 1
+    await s2.shutdown()
+    assert not (root / "abort").exists()
