@@ -359,20 +359,25 @@ class CommitLog:
             return
         self._recover_from_blocking(max(0, len(files) - 3), max_phy_offset_of_consume_queue, normal=True)
 
-    def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> None:
+    def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> int:
         """After a crash: start from the newest file whose first record is older than the checkpoint
-        and re-validate everything after it (magic, sizes, CRC); cut at the first bad record."""
+        and re-validate everything after it (magic, sizes, CRC); cut at the first bad record. Returns
+        where that file starts: every record from there on is dispatched again (Java's recoverAbnormally
+        dispatches each one it reads), since only what precedes the checkpoint is known to be in the
+        consume queues and index on disk."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
             self.store.destroy_logics_blocking()
-            return
+            return 0
         index = len(files) - 1
         while index >= 0:
             if self._is_mapped_file_matched_recover(files[index]):
                 break
             index -= 1
-        self._recover_from_blocking(max(index, 0), max_phy_offset_of_consume_queue, normal=False)
+        index = max(index, 0)
+        self._recover_from_blocking(index, max_phy_offset_of_consume_queue, normal=False)
+        return files[index].file_from_offset if index < len(files) else 0
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         mv = mf.mv

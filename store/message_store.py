@@ -267,10 +267,14 @@ class DefaultMessageStore:
                 cq.recover_blocking()
                 max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
         cl = self.commit_log
+        # After a crash, dispatch from where the commit log recovery started, not only past the furthest
+        # consume queue: the queues are flushed one after another, so one can have lost units that are
+        # older than another's newest (re-dispatching what is already there is a no-op).
+        recovered_from: int | None = None
         if last_exit_ok:
             cl.recover_normally_blocking(max_phy_of_cq)
         else:
-            cl.recover_abnormally_blocking(max_phy_of_cq)
+            recovered_from = cl.recover_abnormally_blocking(max_phy_of_cq)
         # Rebuild derived data past what the consume queues / index already hold.
         min_off = max(cl.get_min_offset(), 0)
         cq_progress = min_off
@@ -287,6 +291,8 @@ class DefaultMessageStore:
                 reput_from = min(reput_from, progress)
             elif cl.get_max_offset() > min_off:
                 reput_from = min_off  # no index at all (lost, or the index was off): rebuild it
+        if recovered_from is not None:
+            reput_from = min(reput_from, recovered_from)
         reput_from = max(reput_from, min_off)
         rs = self.reput_message_service
         rs.reput_from_offset = reput_from

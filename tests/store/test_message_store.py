@@ -512,3 +512,36 @@ async def test_stop_with_dispatch_backlog_is_bounded_and_loses_nothing(
     assert len(s2.query_message("TopicTest", "bk299", 32, 0, 1 << 62).message_buffers) == 1
     await s2.shutdown()
     assert not (root / "abort").exists()
+
+
+async def test_crash_recovery_rebuilds_a_queue_tail_lost_behind_another_queue(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    """After an OS crash a consume queue can lose its last unflushed units while another queue, flushed a
+    moment later, keeps newer ones. Recovery must dispatch again from the checkpoint's commit log file
+    (as Java's recoverAbnormally does), not only past the furthest queue: else the lost units' messages
+    stay in the commit log but no consumer ever sees them."""
+    root = tmp_path / "store"
+    s1 = make_store(root)
+    await s1.start()
+    for i in range(10):  # queue 0 gets records 0, 2, .., 8; queue 1 gets 1, 3, .., 9 (the newest)
+        assert (await s1.put_message(make_msg(body=f"m{i}".encode(), queue_id=i % 2, keys=f"k{i}"))).is_ok
+    await s1.wait_dispatched(5)
+    await s1.shutdown()
+    (root / "abort").write_bytes(b"")  # as a crash leaves it
+    cq0 = root / "consumequeue" / "TopicTest" / "0" / ("0" * 20)
+    data = bytearray(cq0.read_bytes())
+    assert data[3 * 20 : 5 * 20] != bytes(40)
+    data[3 * 20 : 5 * 20] = bytes(40)  # units 3 and 4 (records 6 and 8) never reached the disk
+    cq0.write_bytes(bytes(data))
+
+    s2 = make_store(root)
+    await s2.start()
+    assert not s2.last_exit_ok
+    assert [s2.get_max_offset_in_queue("TopicTest", q) for q in range(2)] == [5, 5]
+    got = s2.get_message("g", "TopicTest", 0, 0, 32)
+    assert [m.body for m in decode_messages(b"".join(bytes(b) for b in got.message_buffers))] == [
+        f"m{i}".encode() for i in range(0, 10, 2)
+    ]
+    assert len(s2.query_message("TopicTest", "k8", 32, 0, 1 << 62).message_buffers) == 1
+    await s2.shutdown()
