@@ -125,7 +125,7 @@ def setup_peers() -> None:
         print(f"creating {VENV_BENCH} ({', '.join(PEER_PKGS)})...", flush=True)
         if not PEER_PY.exists():
             # The interpreter this project's side runs on, so both sides' Python clients run on the same
-            # build (a PGO/LTO build runs them ~10% cheaper than a plain one: see bench/README.md).
+            # build (a PGO/LTO build ran the broker 5-17% cheaper than a plain one: see bench/README.md).
             r = sh([BASE_PY, "-m", "venv", str(VENV_BENCH)], timeout=300)
             if r.returncode != 0:
                 raise SystemExit(f"{BASE_PY} -m venv failed: {r.stderr.strip()[-500:]}")
