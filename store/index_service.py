@@ -21,6 +21,7 @@ import structlog
 
 from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned, java_string_hash
 
+from .mapped_file_queue import remove_in_place
 from .results import QueryOffsetResult
 
 log = structlog.get_logger(__name__)
@@ -743,8 +744,8 @@ class IndexService:
         return out
 
     def remove_files(self, files: list[IndexFile]) -> None:
-        ids = {id(f) for f in files}
-        self.index_file_list = [f for f in self.index_file_list if id(f) not in ids]
+        # In place: roll_blocking appends from the allocation thread (see mapped_file_queue).
+        remove_in_place(self.index_file_list, files)
 
     def destroy_blocking(self) -> None:
         for f in self.index_file_list:

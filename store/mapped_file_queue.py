@@ -1,12 +1,17 @@
 """MappedFileQueue: an ordered run of equally sized MappedFiles forming one logical byte space.
 
-The list is only mutated on the event-loop thread (or the start-up thread before the loop uses the
-store); blocking file work is done by callers on worker threads through the `*_blocking` methods.
+Blocking file work is done by callers on worker threads through the `*_blocking` methods. The list
+is appended to on the loop, or on the store's single allocation thread for the files it creates
+(ConsumeQueue and index files: create_next_file_blocking, IndexService.roll_blocking); every other
+change happens on the loop or on the start-up thread before the loop uses the store. Removals while
+the store runs therefore edit the list in place (remove_in_place), never swap in a rebuilt copy: an
+append landing between building the copy and the swap would be lost.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import structlog
 
@@ -211,5 +216,19 @@ class MappedFileQueue:
 
     def remove_first_files(self, files: list[MappedFile]) -> None:
         """Drop files (already chosen for deletion) from the head of the list (loop thread)."""
-        ids = {id(f) for f in files}
-        self.mapped_files = [mf for mf in self.mapped_files if id(mf) not in ids]
+        remove_in_place(self.mapped_files, files)
+
+
+def remove_in_place(files: list[Any], victims: list[Any]) -> None:
+    """Remove `victims` (by identity) from `files` without replacing the list object, so that an append
+    made meanwhile by the allocation thread stays. Victims are normally a run at the head: one slice
+    deletion; any others are deleted by index from the back (appends only ever add at the end)."""
+    ids = {id(f) for f in victims}
+    k = 0
+    while k < len(files) and id(files[k]) in ids:
+        k += 1
+    del files[:k]
+    if k < len(ids):
+        for i in range(len(files) - 1, -1, -1):
+            if i < len(files) and id(files[i]) in ids:
+                del files[i]

@@ -172,3 +172,47 @@ def test_consume_queue_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
     finally:
         for f in loaded.mapped_file_queue.mapped_files:
             f.close_blocking()
+
+
+class _AppendedMeanwhile(list):  # type: ignore[type-arg]
+    """A file list that, the first time it is read, gets `late` appended right after that read: the
+    allocation thread's append landing in the middle of a removal on the loop."""
+
+    def __init__(self, items: list[object], late: object) -> None:
+        super().__init__(items)
+        self.late: object | None = late
+
+    def _appended(self) -> None:
+        late, self.late = self.late, None
+        if late is not None:
+            list.append(self, late)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from list.__iter__(self)
+        self._appended()
+
+    def __len__(self) -> int:
+        n = list.__len__(self)
+        self._appended()
+        return n
+
+
+def test_removing_head_files_keeps_a_file_appended_meanwhile(tmp_path: Path) -> None:
+    """ConsumeQueue and index files are appended on the allocation thread while the loop removes
+    expired ones: the removal must edit the list in place, not swap in a copy missing the append."""
+    from store.index_service import IndexService
+
+    class F:
+        pass
+
+    old = [F(), F(), F()]
+    new = F()
+    mfq = MappedFileQueue(str(tmp_path / "q"), 1024)
+    mfq.mapped_files = _AppendedMeanwhile(old, new)  # type: ignore[assignment]
+    mfq.remove_first_files(old[:2])  # type: ignore[arg-type]
+    assert [*list.__iter__(mfq.mapped_files)] == [old[2], new]
+
+    idx = IndexService.__new__(IndexService)
+    idx.index_file_list = _AppendedMeanwhile(old, new)  # type: ignore[assignment]
+    idx.remove_files(old[:1])  # type: ignore[arg-type]
+    assert [*list.__iter__(idx.index_file_list)] == [old[1], old[2], new]
