@@ -341,9 +341,16 @@ class FlushConsumeQueueService:
         cp = store.store_checkpoint
         logics_ts = cp.logics_msg_timestamp  # what is dispatched now is what this round makes durable
         cq_targets: list[tuple[MappedFileQueue, MappedFile, int]] = []
+        # Queues with files created since their directory was last synced. Counted after logics_ts is
+        # taken: a file holding a unit dispatched by then was counted before that unit was written.
+        dir_targets: list[tuple[MappedFileQueue, int]] = []
         for qmap in list(store.consume_queue_table.values()):
             for cq in list(qmap.values()):
                 cq_targets.extend(_cq_flush_targets(cq, flush_least_pages))
+                mfq = cq.mapped_file_queue
+                n = mfq.dir_creates
+                if n != mfq.dir_synced:
+                    dir_targets.append((mfq, n))
         idx_targets: list[tuple[IndexFile, int, int]] = []
         if store.index_service is not None:
             idx_targets = store.index_service.flush_snapshot()
@@ -356,15 +363,21 @@ class FlushConsumeQueueService:
                 # what a file's header does not cover.
                 live = store.index_service.index_file_list[-1:]
                 idx_targets = [t for t in idx_targets if [t[0]] != live]
-        if cq_targets or idx_targets:
+        if cq_targets or idx_targets or dir_targets:
 
             def work() -> None:
+                # Names first: the checkpoint written after this round must not claim a unit whose
+                # file could vanish in a crash.
+                for dmfq, _n in dir_targets:
+                    dmfq.sync_dir_blocking()
                 for _mfq, mf, _wp in cq_targets:
                     mf.fsync_blocking()
                 for f, _count, _ts in idx_targets:
                     f.fsync_blocking()
 
             await asyncio.get_running_loop().run_in_executor(store.flush_executor, work)
+            for dmfq, n in dir_targets:
+                dmfq.dir_synced = n
             for mfq, mf, wp in cq_targets:
                 mfq.flush_done(mf, wp, 0)
             for f, count, ts in idx_targets:

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from .mapped_file import MappedFile, offset_to_file_name
+from .mapped_file import MappedFile, _fsync_dir, offset_to_file_name
 
 log = structlog.get_logger(__name__)
 
@@ -23,9 +23,15 @@ log = structlog.get_logger(__name__)
 class MappedFileQueue:
     def __init__(
         self, store_path: str, mapped_file_size: int, *, preallocate: bool = True, warm: bool = False,
-        random_access: bool = False,
+        random_access: bool = False, defer_dir_sync: bool = False,
     ) -> None:
         self.store_path = store_path
+        # defer_dir_sync: a created file's directory entry is made durable by the next flush round
+        # (sync_dir_blocking, before the checkpoint claims any unit in it) instead of at creation. The
+        # allocation thread counts creations, the flusher records what it synced: one writer each.
+        self.defer_dir_sync = defer_dir_sync
+        self.dir_creates = 0
+        self.dir_synced = 0
         self.random_access = random_access  # MappedFile._no_read_around on every file (ConsumeQueues)
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
@@ -60,10 +66,17 @@ class MappedFileQueue:
 
     def create_file_blocking(self, start_offset: int) -> MappedFile:
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
-        return MappedFile.create_blocking(
+        mf = MappedFile.create_blocking(
             path, self.mapped_file_size, preallocate=self.preallocate, warm=self.warm and self.preallocate,
-            random_access=self.random_access,
+            random_access=self.random_access, sync_dir=not self.defer_dir_sync,
         )
+        if self.defer_dir_sync:
+            self.dir_creates += 1  # before the file is added to the list, i.e. before any unit is in it
+        return mf
+
+    def sync_dir_blocking(self) -> None:
+        """Make the names of the files created so far durable (flush thread; see defer_dir_sync)."""
+        _fsync_dir(self.store_path)
 
     def next_file_offset(self) -> int:
         last = self.get_last_mapped_file()

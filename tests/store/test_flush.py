@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -195,3 +196,48 @@ async def test_sync_flush_timeouts_of_staggered_waiters(make_store: Callable[...
     store.commit_log_fsync = MappedFile.fsync_blocking
     r = await store.put_message(make_msg(body=b"disk is back"))
     assert r.status == PutMessageStatus.PUT_OK
+
+
+async def test_new_consume_queue_dirs_synced_by_the_flush_round_before_the_checkpoint(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """Creating a ConsumeQueue file does not fsync its directory on the dispatch path (~2.5 ms each, seconds
+    for a burst of new queues); the next consume-queue flush round does, before it writes a checkpoint
+    that could cover units in that file, and only once per new file."""
+    import store.mapped_file as mapped_file_mod
+    import store.mapped_file_queue as mfq_mod
+
+    store = make_store(flushIntervalConsumeQueue=60_000)  # rounds driven by hand below
+    events: list[str] = []
+    real_fsync_dir = mapped_file_mod._fsync_dir
+    real_cp_flush = type(store.store_checkpoint).flush_blocking
+
+    def spy_dir(d: str) -> None:
+        events.append(f"dir {d}")
+        real_fsync_dir(d)
+
+    def spy_cp(cp: Any, *a: Any) -> None:
+        events.append("checkpoint")
+        real_cp_flush(cp, *a)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mapped_file_mod, "_fsync_dir", spy_dir)
+        mp.setattr(mfq_mod, "_fsync_dir", spy_dir, raising=False)
+        mp.setattr(type(store.store_checkpoint), "flush_blocking", spy_cp)
+        await store.start()
+        try:
+            for q in range(3):
+                assert (await store.put_message(make_msg(body=b"x", queue_id=q))).is_ok
+            assert await store.wait_dispatched(5)
+            cq_dirs = [store.get_consume_queue("TopicTest", q).mapped_file_queue.store_path for q in range(3)]  # type: ignore[union-attr]
+            assert all(os.listdir(d) for d in cq_dirs)  # the files exist ...
+            assert not [e for e in events if any(e == f"dir {d}" for d in cq_dirs)]  # ... their names unsynced
+            events.clear()
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=True)
+            assert sorted(events[:3]) == sorted(f"dir {d}" for d in cq_dirs)
+            assert events.index("checkpoint") > 2
+            events.clear()
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=True)
+            assert [e for e in events if e.startswith("dir")] == []  # once per new file
+        finally:
+            await store.shutdown()
