@@ -376,8 +376,9 @@ class CommitLog:
                 break
             index -= 1
         index = max(index, 0)
+        start = files[index].file_from_offset
         self._recover_from_blocking(index, max_phy_offset_of_consume_queue, normal=False)
-        return files[index].file_from_offset if index < len(files) else 0
+        return start
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         mv = mf.mv

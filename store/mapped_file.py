@@ -88,7 +88,7 @@ class MappedFile:
                 _warm_page_cache(fd, file_size)
             os.rename(tmp, file_name)
             if sync_dir:
-                _fsync_dir(d)
+                fsync_dir(d)
             mm = mmap.mmap(fd, file_size)
             if random_access:
                 _no_read_around(mm)
@@ -259,7 +259,7 @@ def _warm_page_cache(fd: int, size: int) -> None:
         pos += n
 
 
-def _fsync_dir(d: str) -> None:
+def fsync_dir(d: str) -> None:
     try:
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:

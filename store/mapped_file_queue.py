@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from .mapped_file import MappedFile, _fsync_dir, offset_to_file_name
+from .mapped_file import MappedFile, fsync_dir, offset_to_file_name
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +76,7 @@ class MappedFileQueue:
 
     def sync_dir_blocking(self) -> None:
         """Make the names of the files created so far durable (flush thread; see defer_dir_sync)."""
-        _fsync_dir(self.store_path)
+        fsync_dir(self.store_path)
 
     def next_file_offset(self) -> int:
         last = self.get_last_mapped_file()
@@ -243,5 +243,5 @@ def remove_in_place(files: list[Any], victims: list[Any]) -> None:
     del files[:k]
     if k < len(ids):
         for i in range(len(files) - 1, -1, -1):
-            if i < len(files) and id(files[i]) in ids:
+            if id(files[i]) in ids:
                 del files[i]

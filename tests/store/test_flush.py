@@ -209,7 +209,7 @@ async def test_new_consume_queue_dirs_synced_by_the_flush_round_before_the_check
 
     store = make_store(flushIntervalConsumeQueue=60_000)  # rounds driven by hand below
     events: list[str] = []
-    real_fsync_dir = mapped_file_mod._fsync_dir
+    real_fsync_dir = mapped_file_mod.fsync_dir
     real_cp_flush = type(store.store_checkpoint).flush_blocking
 
     def spy_dir(d: str) -> None:
@@ -221,8 +221,8 @@ async def test_new_consume_queue_dirs_synced_by_the_flush_round_before_the_check
         real_cp_flush(cp, *a)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mapped_file_mod, "_fsync_dir", spy_dir)
-        mp.setattr(mfq_mod, "_fsync_dir", spy_dir, raising=False)
+        mp.setattr(mapped_file_mod, "fsync_dir", spy_dir)
+        mp.setattr(mfq_mod, "fsync_dir", spy_dir, raising=False)
         mp.setattr(type(store.store_checkpoint), "flush_blocking", spy_cp)
         await store.start()
         try:
