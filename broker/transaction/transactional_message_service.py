@@ -438,6 +438,10 @@ class TransactionalMessageService:
         start = _now_ms()
         reserved_ms = self.c.store_config.fileReservedTime * 3600 * 1000
         begin = self._half_offset
+        # Anything at or past this queue offset was dispatched during this round (its own copies included).
+        # Java compares store timestamps with the round's start, which misreads a message stored in the same
+        # millisecond the round starts; the queue offset has no such tie.
+        round_end = self.bridge.max_offset(HALF_TOPIC, HALF_QUEUE_ID)
         i = begin
         asked = 0
         jumps = 0
@@ -474,7 +478,7 @@ class TransactionalMessageService:
                         break
                     i = qoff + 1
                     continue
-                if half.store_timestamp >= start:
+                if qoff >= round_end:
                     done = True  # stored during this round (e.g. a copy it made): next round
                     break
                 age = now - half.born_timestamp

@@ -8,6 +8,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.transaction import build_check_request
@@ -204,3 +206,23 @@ async def test_check_immunity_time(tmp_path: Path) -> None:
         assert MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES not in copies[b"immune"]
         assert copies[b"immune"][MessageConst.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] == "0"
         assert not svc.is_resolved(0) and not svc.is_resolved(1)
+
+
+async def test_check_round_starting_in_the_same_millisecond(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A half message stored in the very millisecond a check round starts was stored before the round: the round
+    checks it rather than taking it for one of its own copies (a flake when the round followed the send closely)."""
+    from broker.transaction import transactional_message_service as tms
+
+    async with running(tmp_path / "store") as (c, client):
+        await half(client, c, b"immune", "UI", CHECK_IMMUNITY_TIME_IN_SECONDS="3600")
+        _, phy = await half(client, c, b"plain", "UP")
+        await c.message_store.wait_dispatched(5)
+        stored = c.message_store.look_message_by_offset(phy)
+        assert stored is not None
+        monkeypatch.setattr(tms, "_now_ms", lambda: stored.store_timestamp)
+        await c.transactional_message_check_service.check_once()
+        await c.message_store.wait_dispatched(5)
+        assert c.transactional_message_service.half_offset == 2
+        copies = {m.body: m.properties for m in await pull_queue(client, c.listen_addr, "RMQ_SYS_TRANS_HALF_TOPIC", 0)
+                  if m.queue_offset >= 2}
+        assert copies[b"plain"][MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES] == "1"
