@@ -84,7 +84,8 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
     return out
 
 
-async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1) -> None:
+async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
+                group: int | None = None, turns: int = 1) -> None:
     from broker.config import BrokerConfig
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
@@ -112,7 +113,7 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         proc = c.send_message_processor
         ctx = RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
         reput = c.message_store.reput_message_service
-        group = GROUP[workload]
+        group = group or GROUP[workload]
         # Every queue of every topic once (single sends), so no timed run creates a queue file.
         n_warm = 10 * group if n_topics == 1 or workload == "batch" else -(-4 * n_topics // group) * group
         warm = build_requests(workload, n_warm, 0, n_topics)
@@ -126,7 +127,8 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         gc.freeze()  # as remoting.loop.run does in the daemons
         for i in range(0, n_requests, group):
             await proc.process_requests(ctx, timed[i:i + group])
-            await asyncio.sleep(0)
+            for _ in range(turns):
+                await asyncio.sleep(0)
         await reput.wait_caught_up(30)
         per_request = BATCH if workload == "batch" else 1
         stored = sum(c.message_store.get_max_offset_in_queue(t, q) for t in names for q in range(4))
@@ -139,13 +141,14 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
 
 
 def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                 keep: Path | None = None) -> int:
+                 keep: Path | None = None, group: int | None = None, turns: int = 1) -> int:
     """Loop-thread instructions of one child run under callgrind."""
     with tempfile.TemporaryDirectory(prefix="cg-out-") as out:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
                f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
                "--child", "--root", str(root), "--workload", workload, "--flush", flush,
-               "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics)]
+               "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics),
+               *(["--group", str(group)] if group else []), "--turns", str(turns)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
             raise SystemExit(f"callgrind run failed:\n{r.stderr[-2000:]}")
@@ -168,6 +171,12 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=None, help="requests in the short run")
     ap.add_argument("--large", type=int, default=None, help="requests in the long run")
     ap.add_argument("--topics", type=int, default=1, help="spread the requests over this many topics of 4 queues")
+    ap.add_argument("--group", type=int, default=None,
+                    help="requests per process_requests call, each followed by one loop turn (default: 4 batches, "
+                         "16 singles, as pipelined sends arrive); 1 is a sync send's pattern, one wake-up each")
+    ap.add_argument("--turns", type=int, default=1,
+                    help="loop turns after each group (default 1); 4 lets the dispatcher go idle and wait for the "
+                         "next put, as it does between a sync sender's requests")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy the long run's loop-thread callgrind output here (for callgrind_annotate), the "
                          "short run's to KEEP.small")
@@ -182,7 +191,7 @@ def main() -> int:
         configure_logging(level="ERROR")
         import uvloop
 
-        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics))
+        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics, a.group, a.turns))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
@@ -192,8 +201,8 @@ def main() -> int:
     if a.topics < 1 or (a.topics > 1 and a.workload == "batch"):
         raise SystemExit("--topics: 1 or more, and only with --workload single")
     lo = instructions(a.root, a.workload, a.flush, small, large, a.topics,
-                      a.keep.with_name(a.keep.name + ".small") if a.keep else None)
-    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep)
+                      a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns)
+    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep, a.group, a.turns)
     per_msg = (hi - lo) / ((large - small) * per_request)
     spread = f", {a.topics} topics x 4 queues" if a.topics > 1 else ""
     print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH{spread}: {per_msg:,.0f} loop-thread instructions per "

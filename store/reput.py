@@ -14,7 +14,6 @@ store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import struct
 from collections import deque
@@ -54,6 +53,7 @@ _CREATE_AHEAD = 512  # pending records looked at for other queues needing a file
 
 _MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
 _MAX_GATHER = 64  # single records' index entries written as one run (bounds the run structs cached)
+_SAFETY_TICK_S = 1.0
 SHUTDOWN_DISPATCH_TIMEOUT_S = 5.0  # Java: 50 x 100 ms before ReputMessageService stops
 
 
@@ -70,6 +70,7 @@ class ReputMessageService:
         self._pending: deque[DispatchTuple] = deque()
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._tick: asyncio.TimerHandle | None = None
         self._stopped = False
         self._caught_up = asyncio.Event()
         self.dispatched_count = 0
@@ -97,7 +98,19 @@ class ReputMessageService:
 
     def start(self) -> None:
         self._stopped = False
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="ReputMessageService")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="ReputMessageService")
+        if self._tick is not None:
+            self._tick.cancel()
+        self._tick = loop.call_later(_SAFETY_TICK_S, self._on_tick)
+
+    def _on_tick(self) -> None:
+        """Once a second: wake the dispatcher if the commit log holds records nobody announced (a put
+        that failed after writing part of its bytes). One timer for the service, not one per wait: an
+        asyncio.timeout around every wait arms and cancels a loop timer on each put (~5 us each)."""
+        if self.is_commit_log_available():
+            self._event.set()
+        self._tick = asyncio.get_running_loop().call_later(_SAFETY_TICK_S, self._on_tick)
 
     async def shutdown(self) -> None:
         """Dispatch what is left for up to `shutdown_dispatch_timeout` seconds, then stop. As Java's
@@ -106,6 +119,9 @@ class ReputMessageService:
         dispatches it (recovery resumes from the consume queues' and index's progress)."""
         self._stopped = True
         self._event.set()
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
         if self._task is not None:
             try:
                 await self._task
@@ -151,11 +167,7 @@ class ReputMessageService:
                     self._caught_up.set()
                     event.clear()
                     if not self.is_commit_log_available():
-                        # asyncio.timeout, not wait_for: in 3.11 wait_for wraps the wait in a new Task,
-                        # which costs that Task and extra loop turns on every wake-up (every put).
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(1.0):
-                                await event.wait()
+                        await event.wait()  # set by enqueue / wakeup, and by the safety tick
                     continue
                 fut = inflight() if inflight is not None else None
                 if fut is not None:

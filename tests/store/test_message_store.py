@@ -545,3 +545,21 @@ async def test_crash_recovery_rebuilds_a_queue_tail_lost_behind_another_queue(
     ]
     assert len(s2.query_message("TopicTest", "k8", 32, 0, 1 << 62).message_buffers) == 1
     await s2.shutdown()
+
+
+async def test_unannounced_commit_log_records_are_dispatched_within_the_safety_tick(
+    store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records in the commit log that the put path did not hand to the dispatcher (a put failing after writing
+    some bytes) still reach the consume queue: the dispatcher's once-a-second tick finds them."""
+    rs = store.reput_message_service
+    await put_n(store, 1)
+    assert await rs.wait_caught_up(5)
+    monkeypatch.setattr(rs, "enqueue", lambda records: None)  # the put path announces nothing
+    assert (await store.put_message(make_msg())).is_ok
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 1
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 3.0
+    while store.get_max_offset_in_queue("TopicTest", 0) < 2 and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 2
