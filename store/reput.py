@@ -53,7 +53,7 @@ _CREATE_AHEAD = 512  # pending records looked at for other queues needing a file
 
 _MAX_CQ_RUN = 1024  # units per one-pack write (the struct grows with the count)
 _MAX_GATHER = 64  # single records' index entries written as one run (bounds the run structs cached)
-_SAFETY_TICK_S = 1.0
+_SAFETY_TICK_S = 1.0  # the idle dispatcher looks for unannounced records this often
 SHUTDOWN_DISPATCH_TIMEOUT_S = 5.0  # Java: 50 x 100 ms before ReputMessageService stops
 
 
@@ -85,11 +85,7 @@ class ReputMessageService:
         pending.extend(records)
         if len(pending) > _MAX_PENDING:
             pending.clear()  # far behind: parse from the commit log instead of holding all of it
-        idle = self._idle
-        if idle is not None:
-            self._idle = None
-            if not idle.done():
-                idle.set_result(None)
+        self.wakeup()
 
     def wakeup(self) -> None:
         idle = self._idle
