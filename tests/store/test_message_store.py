@@ -550,8 +550,9 @@ async def test_crash_recovery_rebuilds_a_queue_tail_lost_behind_another_queue(
 async def test_unannounced_commit_log_records_are_dispatched_within_the_safety_tick(
     store: DefaultMessageStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Records in the commit log that the put path did not hand to the dispatcher (a put failing after writing
-    some bytes) still reach the consume queue: the dispatcher's once-a-second tick finds them."""
+    """Records in the commit log that the put path did not hand to the dispatcher (none should exist: the
+    put path announces all it publishes) still reach the consume queue: the dispatcher's once-a-second
+    tick finds them."""
     rs = store.reput_message_service
     await put_n(store, 1)
     assert await rs.wait_caught_up(5)
