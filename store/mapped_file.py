@@ -124,6 +124,10 @@ class MappedFile:
     def is_closed(self) -> bool:
         return self._closed
 
+    @property
+    def fd(self) -> int:
+        return self._fd
+
     def close_blocking(self) -> None:
         """Unmap and close. If readers still hold slices the mapping lives on until they drop them."""
         if self._closed:

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import platform
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from store.aio_fsync import AioFsync
+from store.flush import GroupCommitService
 from store.mapped_file import MappedFile
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
@@ -92,6 +98,78 @@ async def test_sync_flush_without_wait(make_store: Callable[..., DefaultMessageS
     while store.flushed_offset < store.get_commit_log_max_offset() and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert store.flushed_offset == store.get_commit_log_max_offset()
+
+
+LINUX_AIO = sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
+
+
+@pytest.mark.skipif(not LINUX_AIO, reason="Linux AIO syscall numbers are known for x86_64 and aarch64 only")
+async def test_aio_fsync_reports_each_fdatasync_and_refuses_what_cannot_be_synced(tmp_path: Path) -> None:
+    aio = AioFsync.open()
+    assert aio is not None
+    loop = asyncio.get_running_loop()
+    fd = os.open(tmp_path / "data", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 100_000)
+        done: asyncio.Future[list[tuple[int, int]]] = loop.create_future()
+        loop.add_reader(aio.eventfd, lambda: done.done() or done.set_result(aio.reap()))
+        try:
+            aio.submit_fdatasync(fd, token=7)
+            assert aio.in_flight == 1
+            assert await asyncio.wait_for(done, 5) == [(7, 0)]
+        finally:
+            loop.remove_reader(aio.eventfd)
+        assert aio.in_flight == 0
+        r, w = os.pipe()
+        os.close(w)
+        with pytest.raises(OSError) as refused:
+            aio.submit_fdatasync(r)  # a pipe has no fsync
+        assert refused.value.errno == errno.EINVAL and "IOCB_CMD_FDSYNC" in str(refused.value)
+        os.close(r)
+        with pytest.raises(OSError) as bad:
+            aio.submit_fdatasync(r)  # closed
+        assert bad.value.errno == errno.EBADF
+        assert aio.in_flight == 0  # nothing refused is counted as in flight
+    finally:
+        os.close(fd)
+        aio.close()
+
+
+@pytest.mark.skipif(not LINUX_AIO, reason="Linux AIO syscall numbers are known for x86_64 and aarch64 only")
+async def test_sync_flush_fsyncs_through_kernel_aio(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushDiskType="SYNC_FLUSH")
+    await store.start()
+    results = await asyncio.gather(*(store.put_message(make_msg(body=f"a{i}".encode())) for i in range(60)))
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    assert store.flushed_offset >= store.get_commit_log_max_offset()
+    svc = store.flush_commit_log_service
+    assert isinstance(svc, GroupCommitService)
+    assert svc._aio is not None and svc._aio.in_flight == 0
+    assert svc._thread is None  # no fsync went to a thread
+    eventfd = svc._aio.eventfd
+    await store.shutdown()
+    assert svc._aio is None
+    with pytest.raises(OSError):
+        os.fstat(eventfd)  # closed with the context
+
+
+async def test_sync_flush_falls_back_to_a_thread_when_the_kernel_refuses(
+    make_store: Callable[..., DefaultMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(self: AioFsync, fd: int, token: int = 0) -> None:
+        raise OSError(errno.EINVAL, "io_submit(IOCB_CMD_FDSYNC): Invalid argument")
+
+    monkeypatch.setattr(AioFsync, "submit_fdatasync", refuse)
+    store = make_store(flushDiskType="SYNC_FLUSH")
+    await store.start()
+    results = await asyncio.gather(*(store.put_message(make_msg(body=f"f{i}".encode())) for i in range(20)))
+    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
+    assert store.flushed_offset >= store.get_commit_log_max_offset()
+    svc = store.flush_commit_log_service
+    assert isinstance(svc, GroupCommitService)
+    assert svc._aio is None and svc._thread is not None  # gave up on aio for good, the thread took over
+    r = await store.put_message(make_msg(body=b"after"))
+    assert r.status == PutMessageStatus.PUT_OK
 
 
 async def test_async_flush_catches_up(make_store: Callable[..., DefaultMessageStore]) -> None:
