@@ -68,7 +68,7 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
             h = SendMessageRequestHeader(
                 producer_group="PG", topic="CallgrindT", queue_id=k % 4, born_timestamp=1763800000000,
                 properties=encode_properties({"WAIT": "true"}), batch=True, default_topic="TBW102",
-                default_topic_queue_nums=4,
+                default_topic_queue_nums=4, reconsume_times=0,
             )
             out.append(RemotingCommand.request(
                 RequestCode.SEND_BATCH_MESSAGE, encode_send_header_v2(h), encode_messages(msgs, props)))
@@ -78,7 +78,7 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
             h = SendMessageRequestHeader(
                 producer_group="PG", topic=names[k % n_topics], queue_id=(k // n_topics) % 4,
                 born_timestamp=1763800000000, properties="WAIT\x01true\x02UNIQ_KEY\x01" + uniq, default_topic="TBW102",
-                default_topic_queue_nums=4,
+                default_topic_queue_nums=4, reconsume_times=0,  # "j": "0", as our producer and Java's send it
             )
             out.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_send_header_v2(h), body))
     return out
