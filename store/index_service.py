@@ -149,6 +149,10 @@ class TopicKeyHasher:
             return _abs_signed([self.hash_unsigned(topic, k) for k in keys])
         return self.index_hashes_ascii(topic, joined.encode("ascii"), n, count)
 
+    def index_hashes_mixed(self, topics: list[str], keys: list[str]) -> list[int]:
+        """index_key_hash(f"{topic}#{key}") of each (topic, key) pair."""
+        return _abs_signed(list(map(self.hash_unsigned, topics, keys)))
+
     def index_hashes_ascii(self, topic: str, blob: bytes, n: int, count: int) -> list[int] | None:
         """index_hashes of `count` ASCII keys of `n` bytes each, given back to back in `blob` (a batch's
         UNIQ_KEY column joined). None when they do not hash in bulk (hash them one by one).
@@ -685,6 +689,16 @@ class IndexService:
         if hashes is None:
             return False
         return f.put_key_hashes(hashes, phy_offsets, store_timestamp)
+
+    def build_index_uniq_mixed(
+        self, topics: list[str], phy_offsets: list[int], store_timestamp: int, uniq_keys: list[str]
+    ) -> bool:
+        """build_index_uniq_run for single records of several topics (pipelined sends round-robin over
+        topics): the keys hashed one by one, the entries and slots written in one go."""
+        f = self._run_file(phy_offsets[0], 0)
+        if f is None:
+            return False
+        return f.put_key_hashes(self.key_hasher.index_hashes_mixed(topics, uniq_keys), phy_offsets, store_timestamp)
 
     def build_index_uniq_column(
         self, topic: str, phy_offsets: list[int], store_timestamp: int, sys_flag: int, column: list[bytes]

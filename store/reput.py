@@ -255,10 +255,10 @@ class ReputMessageService:
         last_qid = -1
         cq = None
         logics_ts = 0
-        # The gathered index entries: one topic and store time, UNIQ_KEY only, room for all in the file.
+        # The gathered index entries: one store time (any topics), UNIQ_KEY only, room for all in the file.
         g_phys: list[int] = []
         g_uniqs: list[str] = []
-        g_topic = ""
+        g_topics: list[str] = []
         g_ts = 0
         try:
             while done < budget:
@@ -272,7 +272,7 @@ class ReputMessageService:
                             pending.appendleft(rec)  # runs go whole: the next slice takes it
                             break
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         n = self._dispatch_run_now(rec, listeners)
                         if not n:  # a file to create first: the general way, which awaits
                             n = await self._dispatch_run(rec, listeners)
@@ -306,7 +306,7 @@ class ReputMessageService:
                     files = cq.mapped_file_queue.mapped_files
                     if not files or files[-1].wrote_position >= files[-1].file_size:
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
@@ -332,10 +332,10 @@ class ReputMessageService:
                     files = idx.index_file_list
                     f = files[-1] if files else None
                     if g_phys and (
-                        topic != g_topic or store_ts != g_ts or len(g_phys) >= _MAX_GATHER
+                        store_ts != g_ts or len(g_phys) >= _MAX_GATHER
                         or f is None or f.index_num - f.index_count <= len(g_phys)
                     ):
-                        _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                        _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                     if (
                         uniq and not keys and f is not None and f.index_num - f.index_count > len(g_phys)
                         and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK
@@ -345,11 +345,12 @@ class ReputMessageService:
                         if g_phys:
                             g_phys.append(phy)
                             g_uniqs.append(uniq)
-                        elif pending and len(nxt := pending[0]) != RUN_LEN and nxt[6] == store_ts and nxt[2] == topic:
-                            g_topic = topic
+                            g_topics.append(topic)
+                        elif pending and len(nxt := pending[0]) != RUN_LEN and nxt[6] == store_ts:
                             g_ts = store_ts
                             g_phys.append(phy)
                             g_uniqs.append(uniq)
+                            g_topics.append(topic)
                         else:
                             h = key_hash(topic, uniq)  # type: ignore[misc]
                             if h & 0x80000000:
@@ -357,7 +358,7 @@ class ReputMessageService:
                             f.put_key_hash(h, phy, store_ts)
                     else:
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         f = _index_file_with_room(idx, keys, uniq)
                         if f is None:
                             await self._roll_index(idx)
@@ -386,7 +387,7 @@ class ReputMessageService:
                 done += 1
         finally:
             if g_phys:
-                _index_gathered(idx, key_hash, g_topic, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
             if deleted:
                 upto = self.reput_from_offset
                 for t in [t for t, cut in deleted.items() if cut <= upto]:
@@ -621,17 +622,24 @@ def _notify_run(
 
 
 def _index_gathered(
-    idx: IndexService, key_hash: Callable[[str, str], int], topic: str, store_ts: int, phys: list[int],
+    idx: IndexService, key_hash: Callable[[str, str], int], topics: list[str], store_ts: int, phys: list[int],
     uniqs: list[str],
 ) -> None:
-    """Write the gathered UNIQ_KEY entries (do_reput: one topic and store time, room for all in the last
-    file, after its end) as one run, or one by one when the run does not go in bulk; empties the lists."""
-    if len(phys) == 1 or not idx.build_index_uniq_run(topic, phys, store_ts, 0, uniqs):
+    """Write the gathered UNIQ_KEY entries (do_reput: one store time, room for all in the last file, after
+    its end; one topic, or pipelined sends spread over many) as one run, or one by one when the run does
+    not go in bulk; empties the lists."""
+    topic = topics[0]
+    n = len(phys)
+    if n == 1 or not (
+        idx.build_index_uniq_run(topic, phys, store_ts, 0, uniqs) if topics.count(topic) == n
+        else idx.build_index_uniq_mixed(topics, phys, store_ts, uniqs)
+    ):
         f = idx.index_file_list[-1]
-        for phy, uniq in zip(phys, uniqs, strict=True):
-            _index_record(idx, f, key_hash, topic, phy, store_ts, 0, None, uniq, _TRAN_NOT)
+        for phy, uniq, t in zip(phys, uniqs, topics, strict=True):
+            _index_record(idx, f, key_hash, t, phy, store_ts, 0, None, uniq, _TRAN_NOT)
     phys.clear()
     uniqs.clear()
+    topics.clear()
 
 
 def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:

@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from remoting.message import (
     java_string_hash,
 )
 from store.commit_log import MessageBatch
-from store.index_service import IndexFile, TopicKeyHasher
+from store.index_service import IndexFile, IndexService, TopicKeyHasher
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
 from tests.store.conftest import BORN_HOST, STORE_HOST, make_msg
@@ -436,9 +437,9 @@ def _index_entries(store: DefaultMessageStore) -> tuple[list[tuple[int, int, int
 async def test_single_records_index_gathered_as_the_one_by_one_path(
     make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pipelined single sends: the UNIQ_KEY entries of consecutive records of one topic are written as
-    one run; records with KEYS, other topics, rollbacks and keyless ones break the run. The entries and
-    slots are those of indexing record by record, in commit log order."""
+    """Pipelined single sends: the UNIQ_KEY entries of consecutive records of one store time are written
+    as one run, across topics too; records with KEYS, rollbacks and keyless ones break the run. The
+    entries and slots are those of indexing record by record, in commit log order."""
 
     def units() -> list[list[object]]:
         out: list[list[object]] = []
@@ -464,19 +465,32 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
         return ok
 
     monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    mixed: list[list[str]] = []
+    build_mixed = IndexService.build_index_uniq_mixed
+
+    def spy_mixed(self: IndexService, topics: list[str], *args: Any) -> bool:
+        ok = build_mixed(self, topics, *args)
+        if ok:
+            mixed.append(list(topics))
+        return ok
+
+    monkeypatch.setattr(IndexService, "build_index_uniq_mixed", spy_mixed)
     stores = []
     for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
         store = make_store(root)
         await store.start()
         with monkeypatch.context() as mp:
             if not bulk:
-                mp.setattr(type(store.index_service), "build_index_uniq_run", lambda *a, **k: False)
+                mp.setattr(IndexService, "build_index_uniq_run", lambda *a, **k: False)
+                mp.setattr(IndexService, "build_index_uniq_mixed", lambda *a, **k: False)
             for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
                 rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
                 assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
             assert await store.wait_dispatched(5)
         stores.append(store)
     assert runs and min(runs) > 1 and sum(runs) > 25  # gathered runs in the first store only
+    # Records 7, 8 (TopicB) went in one run with their TopicTest neighbours, not alone.
+    assert any("TopicB" in t and "TopicTest" in t for t in mixed), mixed
     a, b = (_index_entries(s) for s in stores)
     assert a == b and len(a[0]) == 40 - 2 + 2  # rollback and keyless: none; KEYS record: three
     now = int(time.time() * 1000)
