@@ -109,11 +109,20 @@ class AioFsync:
         return [(ev[0], ev[2]) for ev in (_IO_EVENT.unpack_from(events, i * size) for i in range(n))]
 
     def close(self) -> None:
-        """Destroy the context. io_destroy waits for fdatasyncs still in flight: call it when none is."""
+        """Destroy the context and close the eventfd. io_destroy waits for the fdatasyncs still in flight
+        (the thread calling it blocks until the disk answers): with some in flight, use abandon()."""
         if self._closed:
             return
         self._closed = True
         self._syscall(ctypes.c_long(self._nr_destroy), self._ctx)
+        os.close(self.eventfd)
+
+    def abandon(self) -> None:
+        """Close the eventfd without waiting for what is in flight; the kernel frees the context when the
+        process exits (it keeps its own reference to the eventfd until then)."""
+        if self._closed:
+            return
+        self._closed = True
         os.close(self.eventfd)
 
 

@@ -239,8 +239,9 @@ class GroupCommitService(FlushCommitLogService):
             return
         loop.remove_reader(aio.eventfd)
         if aio.in_flight:
-            # io_destroy would block the loop until the disk answers; the kernel frees it at exit.
+            # io_destroy would block the loop until the disk answers.
             log.warning("group_commit_aio_left_in_flight", in_flight=aio.in_flight)
+            aio.abandon()
             return
         aio.close()
 

@@ -130,9 +130,17 @@ async def test_aio_fsync_reports_each_fdatasync_and_refuses_what_cannot_be_synce
             aio.submit_fdatasync(r)  # closed
         assert bad.value.errno == errno.EBADF
         assert aio.in_flight == 0  # nothing refused is counted as in flight
+        # Shutting down with one in flight: abandon() closes the eventfd without waiting for the disk.
+        aio.submit_fdatasync(fd)
+        eventfd = aio.eventfd
+        aio.abandon()
+        with pytest.raises(OSError):
+            os.fstat(eventfd)
+        with pytest.raises(OSError, match="closed"):
+            aio.submit_fdatasync(fd)
     finally:
         os.close(fd)
-        aio.close()
+        aio.close()  # a no-op once abandoned
 
 
 @pytest.mark.skipif(not LINUX_AIO, reason="Linux AIO syscall numbers are known for x86_64 and aarch64 only")
