@@ -237,6 +237,26 @@ def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
 # ------------------------------------------------------------------ report
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat; None where there is none."""
+    try:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return f[7], sum(f)
+
+
+def steal_percent(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time the hypervisor gave to other guests between two cpu_ticks()."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
+def _steal_text(pct: float | None) -> str:
+    return "not measured" if pct is None else f"{pct:.1f}%"
+
+
 def machine_info() -> dict[str, str]:
     cpu = "?"
     try:
@@ -328,8 +348,9 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         "the same machine, loopback. Ratios are this/peer from this same invocation.",
         "",
         f"- Machine: {meta['machine']['nproc']} CPUs ({meta['machine']['cpu']}), {meta['machine']['ram']} RAM, "
-        f"Linux {meta['machine']['kernel']}. Load average before/after: {meta['load_before']} / {meta['load_after']} "
-        "(other work on the machine inflates every figure).",
+        f"Linux {meta['machine']['kernel']}. Load average before/after: {meta['load_before']} / {meta['load_after']}; "
+        f"CPU steal during the run: {_steal_text(meta.get('steal_pct'))} (other work on the machine, or on the "
+        "host, inflates every figure).",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
         f"- Parameters: count {a.count:,} (sync_send {a.sync_count:,}; e2e {a.rate:,.0f} msg/s for "
         f"{a.e2e_seconds:g} s), {a.inflight} in flight for pipelined sends, {a.batch_inflight} batches of 32 in "
@@ -447,6 +468,7 @@ def main() -> int:
     env: dict[str, Any] = {}
     t_start = time.monotonic()
     load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    ticks_before = cpu_ticks()
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         # Upstream's store sizes (the test helper's defaults are small, for fast tests).
@@ -513,6 +535,9 @@ def main() -> int:
         "versions": versions(),
         "load_before": load_before,
         "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        # Steal is CPU the hypervisor took for other guests: it slows every system alike, and above a few
+        # percent the figures say more about the host than about the code.
+        "steal_pct": steal_percent(ticks_before, cpu_ticks()),
         "params": {k: v for k, v in vars(a).items() if k not in ("workload_list", "broker_overrides")},
     }
     (out_dir / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
