@@ -231,7 +231,7 @@ class ReputMessageService:
     async def do_reput(self, budget: int, *, notify: bool) -> int:
         """Dispatch up to `budget` records; awaits only to create a consume queue / index file.
 
-        The UNIQ_KEY index entries of consecutive single records of one topic and store time (pipelined
+        The UNIQ_KEY index entries of consecutive single records of one store time, of any topics (pipelined
         sends, stored by one put) are gathered and written as one run (IndexFile.put_key_hashes), in
         commit log order: the gathered ones go before any other index write and before every await."""
         store = self.store
