@@ -45,7 +45,8 @@ def topic_names(n_topics: int) -> list[str]:
     return ["CallgrindT"] if n_topics == 1 else [f"CallgrindT_{i}" for i in range(n_topics)]
 
 
-def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1) -> list[Any]:
+def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1,
+                   tags: str | None = None) -> list[Any]:
     from client.message import Message, encode_messages
     from remoting.codes import RequestCode
     from remoting.command import RemotingCommand
@@ -54,6 +55,7 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
 
     body = b"x" * 1024
     names = topic_names(n_topics)
+    tag_item = f"TAGS\x01{tags}\x02" if tags else ""  # as our producer orders a tagged message's properties
     out = []
     seq = start
     for k in range(n_requests):
@@ -77,7 +79,8 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
             uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
             h = SendMessageRequestHeader(
                 producer_group="PG", topic=names[k % n_topics], queue_id=(k // n_topics) % 4,
-                born_timestamp=1763800000000, properties="WAIT\x01true\x02UNIQ_KEY\x01" + uniq, default_topic="TBW102",
+                born_timestamp=1763800000000, properties=tag_item + "WAIT\x01true\x02UNIQ_KEY\x01" + uniq,
+                default_topic="TBW102",
                 default_topic_queue_nums=4, reconsume_times=0,  # "j": "0", as our producer and Java's send it
             )
             out.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, encode_send_header_v2(h), body))
@@ -85,7 +88,7 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
 
 
 async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                group: int | None = None, turns: int = 1) -> None:
+                group: int | None = None, turns: int = 1, tags: str | None = None) -> None:
     from broker.config import BrokerConfig
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
@@ -116,13 +119,13 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         group = group or GROUP[workload]
         # Every queue of every topic once (single sends), so no timed run creates a queue file.
         n_warm = 10 * group if n_topics == 1 or workload == "batch" else -(-4 * n_topics // group) * group
-        warm = build_requests(workload, n_warm, 0, n_topics)
+        warm = build_requests(workload, n_warm, 0, n_topics, tags)
         for i in range(0, len(warm), group):
             r = await proc.process_requests(ctx, warm[i:i + group])
             assert r[0] is not None and r[0].code == 0, (r[0] and r[0].code, r[0] and r[0].remark)
         await reput.wait_caught_up(10)
         # Both runs build as many requests (the long run's count), so building cancels out.
-        timed = build_requests(workload, max(n_built, n_requests), 10 * group * BATCH + n_warm, n_topics)
+        timed = build_requests(workload, max(n_built, n_requests), 10 * group * BATCH + n_warm, n_topics, tags)
         gc.collect()
         gc.freeze()  # as remoting.loop.run does in the daemons
         for i in range(0, n_requests, group):
@@ -141,14 +144,14 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
 
 
 def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                 keep: Path | None = None, group: int | None = None, turns: int = 1) -> int:
+                 keep: Path | None = None, group: int | None = None, turns: int = 1, tags: str | None = None) -> int:
     """Loop-thread instructions of one child run under callgrind."""
     with tempfile.TemporaryDirectory(prefix="cg-out-") as out:
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
                f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
                "--child", "--root", str(root), "--workload", workload, "--flush", flush,
                "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics),
-               *(["--group", str(group)] if group else []), "--turns", str(turns)]
+               *(["--group", str(group)] if group else []), "--turns", str(turns), *(["--tags", tags] if tags else [])]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if r.returncode != 0:
             raise SystemExit(f"callgrind run failed:\n{r.stderr[-2000:]}")
@@ -177,6 +180,9 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=1,
                     help="loop turns after each group (default 1); 4 lets the dispatcher go idle and wait for the "
                          "next put, as it does between a sync sender's requests")
+    ap.add_argument("--tags", default=None,
+                    help="single sends carry this TAGS property, as most producers' messages do (the broker's "
+                         "general property path instead of the WAIT + UNIQ_KEY-only one)")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy the long run's loop-thread callgrind output here (for callgrind_annotate), the "
                          "short run's to KEEP.small")
@@ -191,7 +197,7 @@ def main() -> int:
         configure_logging(level="ERROR")
         import uvloop
 
-        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics, a.group, a.turns))
+        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics, a.group, a.turns, a.tags))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
@@ -200,11 +206,14 @@ def main() -> int:
     large = a.large or (240 if a.workload == "batch" else 3840)
     if a.topics < 1 or (a.topics > 1 and a.workload == "batch"):
         raise SystemExit("--topics: 1 or more, and only with --workload single")
+    if a.tags and a.workload != "single":
+        raise SystemExit("--tags: only with --workload single")
     lo = instructions(a.root, a.workload, a.flush, small, large, a.topics,
-                      a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns)
-    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep, a.group, a.turns)
+                      a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns, a.tags)
+    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep, a.group, a.turns, a.tags)
     per_msg = (hi - lo) / ((large - small) * per_request)
     spread = f", {a.topics} topics x 4 queues" if a.topics > 1 else ""
+    spread += f", TAGS {a.tags!r}" if a.tags else ""
     print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH{spread}: {per_msg:,.0f} loop-thread instructions per "
           f"message ({small} vs {large} requests)")
     return 0
