@@ -815,9 +815,8 @@ class SendMessageProcessor:
         else:
             props[_PROP_CLUSTER] = cluster
             msg.properties_string = _encode_without_wait(props)
-        tags = props.get(_PROP_TAGS)
-        if tags:
-            msg.tags_code = java_string_hash(tags)
+        # tags_code is left to the store: CommitLog._prepare computes it for every message it stores (the
+        # tags-code hook first, then TAGS' hash from its cache).
         if run.reject_tran and props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
             return reply(
                 ResponseCode.NO_PERMISSION,
