@@ -138,6 +138,12 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         expected = (len(warm) + n_requests) * per_request
         if stored != expected:  # a refused send would make the count meaningless
             raise SystemExit(f"{stored} messages in the queues, expected {expected}")
+        if tags:  # the consume queue units carry the TAGS hash (what tag filtering reads)
+            from remoting.message import java_string_hash
+
+            unit = c.message_store.find_consume_queue(names[0], 0).get_unit(0)
+            if unit is None or unit[2] != java_string_hash(tags):
+                raise SystemExit(f"consume queue unit {unit}: tags code is not hash({tags!r})")
     finally:
         await c.stop()
         shutil.rmtree(store_dir, ignore_errors=True)

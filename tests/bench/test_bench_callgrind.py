@@ -12,12 +12,13 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_callgrind.py"
 
 
-@pytest.mark.parametrize(("workload", "flush", "topics"),
-                         [("batch", "async", 1), ("single", "sync", 1), ("single", "async", 20)])
-def test_child_run_stores_its_requests(workload: str, flush: str, topics: int) -> None:
+@pytest.mark.parametrize(("workload", "flush", "topics", "tags"),
+                         [("batch", "async", 1, None), ("single", "sync", 1, None), ("single", "async", 20, None),
+                          ("single", "async", 1, "TagA")])
+def test_child_run_stores_its_requests(workload: str, flush: str, topics: int, tags: str | None) -> None:
     r = subprocess.run(
         [sys.executable, str(SCRIPT), "--child", "--workload", workload, "--flush", flush,
-         "--requests", "32", "--built", "48", "--topics", str(topics)],
+         "--requests", "32", "--built", "48", "--topics", str(topics), *(["--tags", tags] if tags else [])],
         capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 0, r.stderr[-2000:]
