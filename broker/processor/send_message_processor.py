@@ -294,7 +294,8 @@ class SendMessageProcessor:
         store_host = run.store_host
         host_flags = run.host_flags
         cluster = run.cluster
-        sep_cluster_item = _SEP + run.cluster_item
+        cluster_item = run.cluster_item
+        sep_cluster_item = _SEP + cluster_item
         for i, cmd in enumerate(cmds):
             code = cmd.code
             try:
@@ -373,18 +374,27 @@ class SendMessageProcessor:
                     units.append(msgs)
                     slots.append((i, queue_id, total_body, len(msgs)))
                     continue
-                if (
-                    plain
-                    and qid >= 0
-                    and ps is not None
-                    and ps.startswith(_WAIT_TRUE_UNIQ)
-                    and (uniq := ps[_WAIT_TRUE_UNIQ_LEN:])
-                    and _SEP not in uniq
-                    and _NV not in uniq
-                    and not topic.startswith(_RETRY_PREFIX)
-                ):
-                    # _build_message's usual case, inline: a producer's WAIT + UNIQ_KEY properties (canonical:
-                    # the id holds no separator), no tags, no transaction, a plain topic, a chosen queue.
+                # _build_message's usual case, inline: a plain topic, a chosen queue, canonical properties.
+                props = None
+                if plain and qid >= 0 and ps and not topic.startswith(_RETRY_PREFIX):
+                    if (
+                        ps.startswith(_WAIT_TRUE_UNIQ)
+                        and (uniq := ps[_WAIT_TRUE_UNIQ_LEN:])
+                        and _SEP not in uniq
+                        and _NV not in uniq
+                    ):
+                        # A producer's message without tags, keys or user properties: WAIT + UNIQ_KEY (the id
+                        # holds no separator), so neither a split nor a search for WAIT.
+                        props = {_PROP_WAIT: "true", _PROP_UNIQ: uniq, _PROP_CLUSTER: cluster}
+                        stored = ps[_WAIT_TRUE_ITEM_LEN:] + sep_cluster_item
+                    elif (props := _canonical_properties(ps)) is not None:
+                        if _PROP_CLUSTER in props or _PROP_TRAN_PREPARED in props:
+                            props = None  # re-encoded / refused or flagged: _build_message's job
+                        else:
+                            # With tags, keys or user properties: the wire string, less WAIT, is stored.
+                            stored = _stored_properties(ps, props, cluster_item)
+                            props[_PROP_CLUSTER] = cluster
+                if props is not None:
                     if body.__class__ is not bytes:
                         body = b"" if body is None else bytes(body)
                     sys_flag = sys_flag0 | host_flags
@@ -393,9 +403,8 @@ class SendMessageProcessor:
                     # Positional: topic, body, queue_id, flag, properties, properties_string, tags_code,
                     # sys_flag, born_timestamp, born_host, store_host, reconsume_times.
                     msg = MessageExtBrokerInner(
-                        topic, body, qid, flag0, {_PROP_WAIT: "true", _PROP_UNIQ: uniq, _PROP_CLUSTER: cluster},
-                        ps[_WAIT_TRUE_ITEM_LEN:] + sep_cluster_item, 0, sys_flag, born, born_host,
-                        store_host, reconsume0 or 0,
+                        topic, body, qid, flag0, props, stored, 0, sys_flag, born, born_host, store_host,
+                        reconsume0 or 0,
                     )
                     queue_id = qid
                 else:
@@ -766,14 +775,7 @@ class SendMessageProcessor:
             props = {_PROP_WAIT: "true", _PROP_UNIQ: uniq}
             canonical = True
         elif raw:
-            items = raw.split(_SEP)
-            try:
-                props = dict(map(_SPLIT_ITEM, items))
-            except ValueError:  # an item without exactly one \x01
-                props = None
-            else:
-                if len(props) != len(items) or "" in props or "" in props.values():
-                    props = None
+            props = _canonical_properties(raw)
             canonical = props is not None
             if props is None:
                 props = decode_properties(raw)
@@ -817,7 +819,7 @@ class SendMessageProcessor:
             msg.properties_string = _encode_without_wait(props)
         # tags_code is left to the store: CommitLog._prepare computes it for every message it stores (the
         # tags-code hook first, then TAGS' hash from its cache).
-        if run.reject_tran and props.get(MessageConst.PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+        if run.reject_tran and props.get(_PROP_TRAN_PREPARED, "").lower() == "true":
             return reply(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{self.c.broker_config.brokerIP1}] sending transaction message is forbidden",
@@ -1092,6 +1094,20 @@ _NUL_B = b"\x00"
 _NV_B = NAME_VALUE_SEPARATOR.encode()
 _ITEM_SEPS = _NV_B + _SEP_B
 _SPLIT_ITEM = operator.methodcaller("split", NAME_VALUE_SEPARATOR)
+_PROP_TRAN_PREPARED = MessageConst.PROPERTY_TRANSACTION_PREPARED
+
+
+def _canonical_properties(raw: str) -> dict[str, str] | None:
+    """The properties of `raw` as every client writes them (each item one non-empty name\x01value, no name
+    twice), split with C-level calls; None for anything else (decode_properties' job)."""
+    items = raw.split(_SEP)
+    try:
+        props = dict(map(_SPLIT_ITEM, items))
+    except ValueError:  # an item without exactly one \x01
+        return None
+    if len(props) != len(items) or "" in props or "" in props.values():
+        return None
+    return props
 
 
 _BATCH_PROPS_CACHE: dict[tuple[str | None, str], tuple[dict[str, str], bytes]] = {}
