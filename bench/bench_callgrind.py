@@ -6,6 +6,7 @@ counted by valgrind's callgrind (immune to the CPU steal and neighbours that mak
     .venv/bin/python bench/bench_callgrind.py --workload single --flush sync
     .venv/bin/python bench/bench_callgrind.py --root /tmp/old-tree   # another checkout, same harness
     .venv/bin/python bench/bench_callgrind.py --workload single --topics 1000   # spread over 1000 topics
+    .venv/bin/python bench/bench_callgrind.py --workload single --tags TagA      # messages with a TAGS property
 
 In-process: a real BrokerController and store (temporary directory), requests built as our producer
 builds them (SEND_BATCH_MESSAGE of 32 x 1 KiB, or SEND_MESSAGE_V2 of 1 KiB with WAIT and UNIQ_KEY),
