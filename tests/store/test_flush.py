@@ -143,15 +143,21 @@ async def test_aio_fsync_reports_each_fdatasync_and_refuses_what_cannot_be_synce
         aio.close()  # a no-op once abandoned
 
 
-@pytest.mark.skipif(not LINUX_AIO, reason="Linux AIO syscall numbers are known for x86_64 and aarch64 only")
-async def test_sync_flush_fsyncs_through_kernel_aio(make_store: Callable[..., DefaultMessageStore]) -> None:
-    store = make_store(flushDiskType="SYNC_FLUSH")
+async def _started_and_flushed(store: DefaultMessageStore, n: int) -> GroupCommitService:
+    """Start a SYNC_FLUSH store, put n messages at once; all are answered PUT_OK, so all are on disk."""
     await store.start()
-    results = await asyncio.gather(*(store.put_message(make_msg(body=f"a{i}".encode())) for i in range(60)))
+    results = await asyncio.gather(*(store.put_message(make_msg(body=f"m{i}".encode())) for i in range(n)))
     assert all(r.status == PutMessageStatus.PUT_OK for r in results)
     assert store.flushed_offset >= store.get_commit_log_max_offset()
     svc = store.flush_commit_log_service
     assert isinstance(svc, GroupCommitService)
+    return svc
+
+
+@pytest.mark.skipif(not LINUX_AIO, reason="Linux AIO syscall numbers are known for x86_64 and aarch64 only")
+async def test_sync_flush_fsyncs_through_kernel_aio(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store(flushDiskType="SYNC_FLUSH")
+    svc = await _started_and_flushed(store, 60)
     assert svc._aio is not None and svc._aio.in_flight == 0
     assert svc._thread is None  # no fsync went to a thread
     eventfd = svc._aio.eventfd
@@ -169,12 +175,7 @@ async def test_sync_flush_falls_back_to_a_thread_when_the_kernel_refuses(
 
     monkeypatch.setattr(AioFsync, "submit_fdatasync", refuse)
     store = make_store(flushDiskType="SYNC_FLUSH")
-    await store.start()
-    results = await asyncio.gather(*(store.put_message(make_msg(body=f"f{i}".encode())) for i in range(20)))
-    assert all(r.status == PutMessageStatus.PUT_OK for r in results)
-    assert store.flushed_offset >= store.get_commit_log_max_offset()
-    svc = store.flush_commit_log_service
-    assert isinstance(svc, GroupCommitService)
+    svc = await _started_and_flushed(store, 20)
     assert svc._aio is None and svc._thread is not None  # gave up on aio for good, the thread took over
     r = await store.put_message(make_msg(body=b"after"))
     assert r.status == PutMessageStatus.PUT_OK
