@@ -46,10 +46,12 @@ class AioFsync:
     turns readable, `reap()` returns the (token, result) of each finished one (result 0 or -errno).
     Up to `depth` may be in flight. Not thread-safe: use it from one thread (the event loop)."""
 
-    def __init__(self, ctx: ctypes.c_ulong, numbers: tuple[int, int, int, int], depth: int) -> None:
+    def __init__(
+        self, syscall: Callable[..., int], ctx: ctypes.c_ulong, numbers: tuple[int, int, int, int], depth: int
+    ) -> None:
         self._ctx = ctx
         self._nr_destroy, self._nr_getevents = numbers[1], numbers[2]
-        self._syscall = _libc_syscall()
+        self._syscall = syscall
         self.depth = depth
         self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         # The kernel copies the iocb during io_submit, so one buffer serves every submission.
@@ -74,7 +76,7 @@ class AioFsync:
         ctx = ctypes.c_ulong(0)
         if syscall(ctypes.c_long(numbers[0]), ctypes.c_uint(depth), ctypes.byref(ctx)) < 0:
             return None  # ENOSYS, EPERM (seccomp), EAGAIN (aio-max-nr)
-        return cls(ctx, numbers, depth)
+        return cls(syscall, ctx, numbers, depth)
 
     def submit_fdatasync(self, fd: int, token: int = 0) -> None:
         """Start fdatasync(fd). The kernel holds its own reference to the file until it is done, so the

@@ -690,11 +690,15 @@ class IndexService:
             return False
         return f.put_key_hashes(hashes, phy_offsets, store_timestamp)
 
-    def build_index_uniq_mixed(
+    def build_index_uniq_records(
         self, topics: list[str], phy_offsets: list[int], store_timestamp: int, uniq_keys: list[str]
     ) -> bool:
-        """build_index_uniq_run for single records of several topics (pipelined sends round-robin over
-        topics): the keys hashed one by one, the entries and slots written in one go."""
+        """build_index_uniq_run for single records of one store time, `topics[i]` being record i's topic:
+        one topic hashes its keys in bulk; several (pipelined sends round-robin over topics) hash them one
+        by one, and the entries and slots are still written in one go."""
+        topic = topics[0]
+        if topics.count(topic) == len(topics):
+            return self.build_index_uniq_run(topic, phy_offsets, store_timestamp, 0, uniq_keys)
         f = self._run_file(phy_offsets[0], 0)
         if f is None:
             return False

@@ -628,12 +628,7 @@ def _index_gathered(
     """Write the gathered UNIQ_KEY entries (do_reput: one store time, room for all in the last file, after
     its end; one topic, or pipelined sends spread over many) as one run, or one by one when the run does
     not go in bulk; empties the lists."""
-    topic = topics[0]
-    n = len(phys)
-    if n == 1 or not (
-        idx.build_index_uniq_run(topic, phys, store_ts, 0, uniqs) if topics.count(topic) == n
-        else idx.build_index_uniq_mixed(topics, phys, store_ts, uniqs)
-    ):
+    if len(phys) == 1 or not idx.build_index_uniq_records(topics, phys, store_ts, uniqs):
         f = idx.index_file_list[-1]
         for phy, uniq, t in zip(phys, uniqs, topics, strict=True):
             _index_record(idx, f, key_hash, t, phy, store_ts, 0, None, uniq, _TRAN_NOT)

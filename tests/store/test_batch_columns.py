@@ -466,15 +466,15 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
 
     monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
     mixed: list[list[str]] = []
-    build_mixed = IndexService.build_index_uniq_mixed
+    build_records = IndexService.build_index_uniq_records
 
     def spy_mixed(self: IndexService, topics: list[str], *args: Any) -> bool:
-        ok = build_mixed(self, topics, *args)
+        ok = build_records(self, topics, *args)
         if ok:
             mixed.append(list(topics))
         return ok
 
-    monkeypatch.setattr(IndexService, "build_index_uniq_mixed", spy_mixed)
+    monkeypatch.setattr(IndexService, "build_index_uniq_records", spy_mixed)
     stores = []
     for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
         store = make_store(root)
@@ -482,7 +482,7 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
         with monkeypatch.context() as mp:
             if not bulk:
                 mp.setattr(IndexService, "build_index_uniq_run", lambda *a, **k: False)
-                mp.setattr(IndexService, "build_index_uniq_mixed", lambda *a, **k: False)
+                mp.setattr(IndexService, "build_index_uniq_records", lambda *a, **k: False)
             for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
                 rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
                 assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
