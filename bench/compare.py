@@ -15,7 +15,9 @@ What it does:
    data directories; every server is stopped by its PID at the end.
 3. Runs each workload --runs times per system, interleaved (this, redis, nats, this, ...), each run
    a fresh client process: bench/wl_rocketmq.py in the project venv, bench/wl_peers.py in
-   build/venv-bench. Server CPU per message comes from /proc/PID/stat around each run.
+   build/venv-bench. Server CPU per message comes from /proc/PID/stat around each run; so does the
+   CPU the servers not under test used meanwhile (`others_cpu_s`). Before each run the harness waits
+   until every server is idle, so background work one run leaves behind does not land in the next.
 4. Writes bench/RESULTS.md (medians, ratios this/peer from the same invocation, targets, date,
    machine, versions, load average), bench/results.json and bench/results.png (msgs/s and p99).
 
@@ -90,6 +92,15 @@ def cpu_seconds(pid: int) -> float:
         return (int(f[11]) + int(f[12])) / TCK
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def cpu_snapshot(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+def cpu_since(pids: dict[str, int], snapshot: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each process used since `snapshot` (cpu_snapshot of the same pids)."""
+    return {name: round(cpu_seconds(pid) - snapshot[name], 2) for name, pid in pids.items()}
 
 
 def wait_idle(pids: list[int], busy: float = 0.05, window: float = 0.5, timeout: float = 30.0) -> float:
@@ -174,6 +185,9 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
 # ------------------------------------------------------------------ running
 
 
+SERVER_PID_KEYS = ("broker_pid", "broker_sync_pid", "redis_pid", "nats_pid")
+
+
 def run_one(system: str, workload: str, a: argparse.Namespace, env: dict[str, Any]) -> dict[str, Any]:
     count = a.count
     if workload == "sync_send":
@@ -194,15 +208,21 @@ def run_one(system: str, workload: str, a: argparse.Namespace, env: dict[str, An
         cmd = [str(PEER_PY), str(BENCH / "wl_peers.py"), "--system", system, "--addr", env[f"{system}_addr"],
                *common, "--inflight", str(a.inflight), "--batch-inflight", str(a.batch_inflight)]
         pid = env[f"{system}_pid"]
+    # The servers not under test should be idle; what they used anyway (a broker paging in its next
+    # CommitLog file, a peer's background flush) competed with this run for the two CPUs.
+    others = {k.removesuffix("_pid"): env[k] for k in SERVER_PID_KEYS if k in env and env[k] != pid}
+    o0 = cpu_snapshot(others)
     c0 = cpu_seconds(pid)
     r = sh(cmd, timeout=600, cwd=str(ROOT))
     server_cpu = cpu_seconds(pid) - c0
+    others_cpu = cpu_since(others, o0)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
         err = (r.stderr.strip().splitlines() or ["no output"])[-1]
         return {"system": system, "workload": workload, "error": err[:300]}
     out: dict[str, Any] = json.loads(lines[-1])
     out["workload"] = workload
+    out["others_cpu_s"] = others_cpu
     if "skip" not in out and out.get("msgs"):
         out["server_cpu_us"] = round(server_cpu / out["msgs"] * 1e6, 1)
     return out
@@ -416,8 +436,10 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         "`n/a` means the peer has no equivalent with the same guarantee (NATS 2.9: no batch publish, no "
         "per-write fsync; Redis: no push delivery). Each run is a fresh client process; consumer timings "
         "start when the consumer has started (its first fetch is inside the clock). Before the first timed "
-        "run every server gets a short warm-up send, then the harness waits until all servers are idle (a "
-        "broker pages in its next CommitLog file on a thread after start-up).",
+        "run every server gets a short warm-up send. Before every run the harness waits (at most 10 s) until "
+        "all servers are idle: a broker pages in its next CommitLog file on a thread after start-up and after "
+        "each file it fills (~1-3 s of CPU per GiB here); that CPU counts in the run that filled the file "
+        "until the run ends. The CPU other servers used during each run is in results.json (`others_cpu_s`).",
         "",
         "Individual runs (msgs/s): " + "; ".join(
             f"{w}/{s}: " + ", ".join(f"{x:,.0f}" for x in d.get("msgs_s_all", []))
@@ -508,7 +530,7 @@ def main() -> int:
             run_one(s, "batch_send", argparse.Namespace(**dict(vars(a), count=2000)), env)
             if "ns_sync" in env and s == "this":
                 run_one(s, "sync_flush_batch", argparse.Namespace(**dict(vars(a), count=2000)), env)
-        server_pids = [env[k] for k in ("broker_pid", "broker_sync_pid", "redis_pid", "nats_pid") if k in env]
+        server_pids = [env[k] for k in SERVER_PID_KEYS if k in env]
         print(f"servers idle after {wait_idle(server_pids):.1f} s", flush=True)
         for w in a.workload_list:
             results[w] = {s: [] for s in systems}
@@ -516,10 +538,16 @@ def main() -> int:
                 for s in systems:
                     if results[w][s] and "skip" in results[w][s][0]:
                         continue
+                    # Background work a run leaves behind (a broker's next CommitLog file: ~1-3 s of CPU
+                    # here) settles before the next run, whichever system that is.
+                    idle_wait = wait_idle(server_pids, window=0.3, timeout=10.0)
                     r = run_one(s, w, a, env)
+                    r["idle_wait_s"] = round(idle_wait, 1)
                     results[w][s].append(r)
                     shown = r.get("msgs_s", r.get("skip") or r.get("error"))
                     extra = f" p50={r['p50_ms']} p99={r['p99_ms']}" if "p99_ms" in r else ""
+                    busy = ", ".join(f"{k} {v:.2f}" for k, v in r.get("others_cpu_s", {}).items() if v >= 0.05)
+                    extra += f" (others' CPU s: {busy})" if busy else ""
                     print(f"{w:17s} {s:6s} run {i + 1}: {shown}{extra}", flush=True)
     finally:
         for srv in servers:
