@@ -531,15 +531,14 @@ def main() -> int:
             if "ns_sync" in env and s == "this":
                 run_one(s, "sync_flush_batch", argparse.Namespace(**dict(vars(a), count=2000)), env)
         server_pids = [env[k] for k in SERVER_PID_KEYS if k in env]
-        print(f"servers idle after {wait_idle(server_pids):.1f} s", flush=True)
         for w in a.workload_list:
             results[w] = {s: [] for s in systems}
             for i in range(a.runs):
                 for s in systems:
                     if results[w][s] and "skip" in results[w][s][0]:
                         continue
-                    # Background work a run leaves behind (a broker's next CommitLog file: ~1-3 s of CPU
-                    # here) settles before the next run, whichever system that is.
+                    # Background work the start-up or a run leaves behind (a broker's next CommitLog file:
+                    # ~1-3 s of CPU here) settles before the next run, whichever system that is.
                     idle_wait = wait_idle(server_pids, window=0.3, timeout=10.0)
                     r = run_one(s, w, a, env)
                     r["idle_wait_s"] = round(idle_wait, 1)
@@ -548,6 +547,7 @@ def main() -> int:
                     extra = f" p50={r['p50_ms']} p99={r['p99_ms']}" if "p99_ms" in r else ""
                     busy = ", ".join(f"{k} {v:.2f}" for k, v in r.get("others_cpu_s", {}).items() if v >= 0.05)
                     extra += f" (others' CPU s: {busy})" if busy else ""
+                    extra += f" (waited {idle_wait:.1f} s for idle servers)" if idle_wait >= 1.0 else ""
                     print(f"{w:17s} {s:6s} run {i + 1}: {shown}{extra}", flush=True)
     finally:
         for srv in servers:
