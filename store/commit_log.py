@@ -44,6 +44,7 @@ from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import MessageExtBrokerInner
 from .results import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
+from .warm_ahead import CommitLogWarmAhead
 
 if TYPE_CHECKING:
     from .message_store import DefaultMessageStore
@@ -199,6 +200,10 @@ class CommitLog:
         self._put_lock = asyncio.Lock()
         self._next_file: asyncio.Future[MappedFile] | None = None
         self._next_file_offset = -1
+        # Keeps the pages ahead of the writer cached (see warm_ahead.py); with warming off, nothing does.
+        self.warm_ahead: CommitLogWarmAhead | None = (
+            CommitLogWarmAhead(store.commit_log_warm_executor, self._file_after) if cfg.warmMapedFileEnable else None
+        )
         self._topic_cache: dict[str, bytes | None] = {}
         self._host_cache: dict[str, bytes] = {}
         self._sh_cache: dict[tuple[bytes, int], bytes] = {}
@@ -462,6 +467,18 @@ class CommitLog:
         mfq.add_mapped_file(mf)
         self._preallocate_next(mf.file_end_offset)
         return mf
+
+    def _file_after(self, mf: MappedFile) -> MappedFile | None:
+        """The file that follows `mf`, if it has been made (preallocated or already rolled to)."""
+        fut = self._next_file
+        if fut is not None and self._next_file_offset == mf.file_end_offset and fut.done():
+            if not fut.cancelled() and fut.exception() is None:
+                return fut.result()
+            return None
+        last = self.mapped_file_queue.get_last_mapped_file()
+        if last is not None and last.file_from_offset == mf.file_end_offset:
+            return last
+        return None
 
     def _discard_file_result(self, fut: asyncio.Future[MappedFile]) -> None:
         """A preallocated file that is not needed after all: delete it off the loop."""
@@ -1142,6 +1159,8 @@ class CommitLog:
                     self.store.reput_message_service.enqueue(
                         pending if committed == len(pending) else pending[:committed]
                     )
+        if mf is not None and self.warm_ahead is not None:
+            self.warm_ahead.note_written(mf)
         return results  # type: ignore[return-value]
 
     def set_topic_queue_table(self, table: dict[str, int]) -> None:

@@ -143,6 +143,9 @@ class DefaultMessageStore:
         self.running_flags = RunningFlags()
         self.store_stats_service = StoreStatsService()
         self.store_checkpoint = StoreCheckpoint(config.store_checkpoint_path())
+        # The window just ahead of the CommitLog writer (warm_ahead.py) is read on a thread of its own: its
+        # reads must not wait behind a whole next file being read in on store-cl-alloc.
+        self.commit_log_warm_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-cl-warm")
         self.commit_log = CommitLog(self)
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.index_service: IndexService | None = (
@@ -194,6 +197,8 @@ class DefaultMessageStore:
         self.reput_message_service.start()
         self.flush_commit_log_service.start()
         self.flush_consume_queue_service.start()
+        if self.commit_log.warm_ahead is not None:
+            self.commit_log.warm_ahead.start(self.commit_log.mapped_file_queue.get_last_mapped_file)
         self._tasks.append(loop.create_task(self._clean_resource_loop(), name="CleanResourceService"))
         self._tasks.append(loop.create_task(self._stats_loop(), name="StoreStatsService"))
         log.info(
@@ -343,6 +348,8 @@ class DefaultMessageStore:
             except Exception:  # noqa: BLE001
                 log.exception("store_task_failed_on_shutdown")
         self._tasks.clear()
+        if self.commit_log.warm_ahead is not None:
+            await self.commit_log.warm_ahead.stop()
         await self.reput_message_service.shutdown()
         await self.flush_commit_log_service.shutdown()
         await self.flush_consume_queue_service.shutdown()
@@ -358,6 +365,7 @@ class DefaultMessageStore:
         self.flush_executor.shutdown(wait=False)
         self.alloc_executor.shutdown(wait=False)
         self.commit_log_alloc_executor.shutdown(wait=False)
+        self.commit_log_warm_executor.shutdown(wait=False)
         log.info("message_store_shutdown", clean=clean, commitlog_max=self.commit_log.get_max_offset())
 
     def _close_blocking(self, clean: bool) -> None:
