@@ -32,7 +32,7 @@ class ConsumeQueue:
         self.mapped_file_size = mapped_file_size
         self.mapped_file_queue = MappedFileQueue(
             os.path.join(store_path, topic, str(queue_id)), mapped_file_size, preallocate=preallocate,
-            random_access=True,  # see MappedFile._no_read_around
+            random_access=True,  # see mapped_file.no_read_around
             # A new queue's file is on the dispatch path: its directory fsync (~2.5 ms, a journal commit)
             # made a burst of 4 000 new queues stall dispatch for seconds. The flush round that first
             # covers its units syncs it instead (FlushConsumeQueueService.do_flush).

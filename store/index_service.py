@@ -21,6 +21,7 @@ import structlog
 
 from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned, java_string_hash
 
+from .mapped_file import no_read_around
 from .mapped_file_queue import remove_in_place
 from .results import QueryOffsetResult
 
@@ -258,6 +259,9 @@ class IndexFile:
         try:
             os.ftruncate(fd, size)  # sparse: 420 MB by default, never written up front
             mm = mmap.mmap(fd, size)
+            # Hash slots are written at random and entries appended 20 bytes at a time, on the event loop:
+            # a fault on an uncached page must not read (zero-fill) the whole read-ahead window around it.
+            no_read_around(mm)
             f = cls(file_name, hash_slot_num, index_num, fd, mm)
             if end_phy_offset > 0:
                 f.begin_phy_offset = f.end_phy_offset = end_phy_offset
@@ -284,6 +288,7 @@ class IndexFile:
             if actual != size:
                 raise ValueError(f"{file_name}: length {actual} does not match index geometry ({size})")
             mm = mmap.mmap(fd, size)
+            no_read_around(mm)
         except BaseException:
             os.close(fd)
             raise

@@ -65,7 +65,7 @@ class MappedFile:
         write to an uncached page costs a ~4 us fault on the writer (the event loop); to a cached one
         ~0.3 us. Unlike Java's warmMappedFile (writing zeros) this costs no disk writes.
 
-        random_access: see _no_read_around.
+        random_access: see no_read_around.
 
         sync_dir: fsync the directory so the new name is durable at once (~2.5 ms here: a journal
         commit). False leaves that to the caller (ConsumeQueue files: see MappedFileQueue.defer_dir_sync)."""
@@ -91,7 +91,7 @@ class MappedFile:
                 fsync_dir(d)
             mm = mmap.mmap(fd, file_size)
             if random_access:
-                _no_read_around(mm)
+                no_read_around(mm)
         except BaseException:
             os.close(fd)
             try:
@@ -114,7 +114,7 @@ class MappedFile:
                 )
             mm = mmap.mmap(fd, file_size)
             if random_access:
-                _no_read_around(mm)
+                no_read_around(mm)
         except BaseException:
             os.close(fd)
             raise
@@ -238,7 +238,7 @@ class MappedFile:
         return f"MappedFile({self.file_name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
 
 
-def _no_read_around(mm: mmap.mmap) -> None:
+def no_read_around(mm: mmap.mmap) -> None:
     """MADV_RANDOM: a fault on this mapping reads in its one page, not the device's read-ahead window
     around it. A ConsumeQueue writes 20 bytes per message into its own file, so with many queues each new
     page is a fault; with read-ahead (8 MiB on this host's disk) each such fault paged in the whole 6 MB

@@ -32,7 +32,7 @@ class MappedFileQueue:
         self.defer_dir_sync = defer_dir_sync
         self.dir_creates = 0
         self.dir_synced = 0
-        self.random_access = random_access  # MappedFile._no_read_around on every file (ConsumeQueues)
+        self.random_access = random_access  # mapped_file.no_read_around on every file (ConsumeQueues)
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
         self.warm = warm

@@ -174,6 +174,26 @@ def test_consume_queue_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
             f.close_blocking()
 
 
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_index_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
+    """IndexFile maps (created or loaded) are advised random too: hash slots are written at random and
+    entries 20 bytes at a time, on the event loop, and a fault there must not zero-fill the read-ahead
+    window (8 MiB on some hosts) of the sparse file around the page."""
+    from store.index_service import IndexFile
+
+    path = str(tmp_path / "index" / "20261123000000000")
+    f = IndexFile.create_blocking(path, 64, 256, 0, 0)
+    try:
+        assert "rr" in _vm_flags(path)
+    finally:
+        f.close_blocking()
+    loaded = IndexFile.open_blocking(path, 64, 256)
+    try:
+        assert "rr" in _vm_flags(path)
+    finally:
+        loaded.close_blocking()
+
+
 class _AppendedMeanwhile(list):  # type: ignore[type-arg]
     """A file list that, the first time it is read, gets `late` appended right after that read: the
     allocation thread's append landing in the middle of a removal on the loop."""
