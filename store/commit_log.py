@@ -486,6 +486,13 @@ class CommitLog:
             return
         self.store.alloc_executor.submit(fut.result().destroy_blocking)
 
+    def preallocate_next_file(self) -> None:
+        """At start: make the file the writer goes to next (the first one, or the one after the recovered
+        last) in the background. Otherwise the first roll after a restart waited for it on the put path:
+        fallocate and read in 1 GiB, 0.3 s on recycled memory and 2.8 s measured on a VM's fresh memory."""
+        if self._next_file is None:
+            self._preallocate_next(self.mapped_file_queue.next_file_offset())
+
     def _preallocate_next(self, start: int) -> None:
         loop = asyncio.get_running_loop()
         self._next_file_offset = start

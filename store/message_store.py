@@ -194,6 +194,7 @@ class DefaultMessageStore:
         loop = asyncio.get_running_loop()
         self.last_exit_ok = await loop.run_in_executor(self.alloc_executor, self._load_and_recover_blocking)
         self.shutdown_flag = False
+        self.commit_log.preallocate_next_file()
         self.reput_message_service.start()
         self.flush_commit_log_service.start()
         self.flush_consume_queue_service.start()

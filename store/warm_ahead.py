@@ -31,6 +31,7 @@ from .mapped_file import MappedFile
 log = structlog.get_logger(__name__)
 
 WINDOW = 32 * 1024 * 1024  # four 8 MiB read-around windows
+STEP = 4 * 1024 * 1024  # read on after this much writing: small passes spread the page-ins out
 REFRESH_S = 10.0  # well inside the 30 s idle age that dropped pages on the benchmark host
 _CHUNK = 1 << 20
 
@@ -38,11 +39,12 @@ _CHUNK = 1 << 20
 class CommitLogWarmAhead:
     def __init__(
         self, executor: Executor, next_file: Callable[[MappedFile], MappedFile | None], *,
-        window: int = WINDOW, refresh_s: float = REFRESH_S,
+        window: int = WINDOW, step: int = STEP, refresh_s: float = REFRESH_S,
     ) -> None:
         self._executor = executor
         self._next_file = next_file  # the file after this one, if it exists yet
         self.window = window
+        self.step = min(step, window)
         self.refresh_s = refresh_s
         # Absolute CommitLog offsets: the window was read up to `warm_to`; a write past `trigger` reads on.
         self.warm_to = -1
@@ -81,7 +83,7 @@ class CommitLogWarmAhead:
             else:
                 ranges.append((nxt, max(start - file_end, 0), end - file_end))
         self.warm_to = end
-        self.trigger = end - self.window // 2
+        self.trigger = end - self.window + self.step
         self._warmed_at = time.monotonic()
         if not ranges:
             return

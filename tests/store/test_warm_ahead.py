@@ -82,7 +82,7 @@ async def test_reads_the_window_ahead_of_the_writer_then_only_what_is_new(
 ) -> None:
     mf = cold_file(tmp_path, 0, 8 * MiB)
     try:
-        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB, step=MiB // 2)
         mf.wrote_position = 2 * MiB
         w.note_written(mf)
         await passes(w, 1)
@@ -90,12 +90,12 @@ async def test_reads_the_window_ahead_of_the_writer_then_only_what_is_new(
         assert all(resident(mf.file_name, 2 * MiB, 3 * MiB))
         assert not any(resident(mf.file_name, 0, MiB))  # behind the writer: not read
 
-        mf.wrote_position = 2 * MiB + MiB // 4  # a quarter of the window used: nothing to do yet
+        mf.wrote_position = 2 * MiB + MiB // 4  # less than a step written: nothing to do yet
         w.note_written(mf)
         await asyncio.sleep(0.1)
         assert w.passes == 1
 
-        mf.wrote_position = 2 * MiB + 3 * MiB // 5  # past half: read on from where the last read stopped
+        mf.wrote_position = 2 * MiB + 3 * MiB // 5  # a step written: read on from where the last read stopped
         w.note_written(mf)
         await passes(w, 2)
         assert w.bytes_read == MiB + 3 * MiB // 5
