@@ -31,7 +31,7 @@ from .mapped_file import MappedFile
 log = structlog.get_logger(__name__)
 
 WINDOW = 32 * 1024 * 1024  # four 8 MiB read-around windows
-STEP = 4 * 1024 * 1024  # read on after this much writing: small passes spread the page-ins out
+STEP = 16 * 1024 * 1024  # read on after this much writing (half the window)
 REFRESH_S = 10.0  # well inside the 30 s idle age that dropped pages on the benchmark host
 _CHUNK = 1 << 20
 
