@@ -90,7 +90,9 @@ class MessageStoreConfig(BaseModel):
     # queue) stay sparse, as in Java.
     preallocateMappedFile: bool = True
     # Java's key, our own cheaper mechanism (default on here): new commit log files are read once on the
-    # allocation thread so the event loop's first write to each page hits the page cache (see MappedFile).
+    # allocation thread, and the 32 MiB ahead of the writer again on a thread of its own whenever the writer
+    # has used half of it or 10 s have passed, so the event loop's writes hit the page cache even after the
+    # kernel dropped idle pages (see MappedFile, warm_ahead.py). Java writes zeros and mlocks instead.
     warmMapedFileEnable: bool = True
 
     @field_validator("deleteWhen", mode="before")
