@@ -34,6 +34,7 @@ class MappedFile:
         "first_create_in_queue",
         "mm",
         "mv",
+        "warmed_at",
         "_fd",
         "_closed",
     )
@@ -49,6 +50,7 @@ class MappedFile:
         self.mm = mm
         # Read-only base view: slices handed to readers can't scribble on the mapping.
         self.mv = memoryview(mm).toreadonly()
+        self.warmed_at = 0.0  # time.monotonic() when create_blocking read it all in (warm), else 0
         self._fd = fd
         self._closed = False
 
@@ -100,6 +102,8 @@ class MappedFile:
                 pass
             raise
         mf = cls(file_name, file_size, fd, mm)
+        if warm:
+            mf.warmed_at = time.monotonic()
         log.debug("mapped_file_created", file=file_name, size=file_size)
         return mf
 

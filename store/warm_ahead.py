@@ -12,13 +12,15 @@ then stalled the loop ~20 ms, end-to-end p99 went from 2.3 to 14-18 ms).
 
 So a thread re-reads the window [write position, + WINDOW) whenever the writer has used half of it, and
 at least every REFRESH_S seconds (a slow writer, or none), reading into the next file when the window
-crosses the end of the current one. A read of pages still cached is a memcpy (~0.1 ms per MiB); of
+crosses the end of the current one -- except in a file read in whole less than FRESH_S ago, which is
+still cached (a fast writer: extra reads there only took CPU and the GIL from the loop). A read of pages still cached is a memcpy (~0.1 ms per MiB); of
 dropped ones, the zero-fill the loop would otherwise have paid. Reads only: nothing is dirtied, so no
 extra disk writes (unlike Java's warmMappedFile, which writes zeros and mlocks the file)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -33,19 +35,21 @@ log = structlog.get_logger(__name__)
 WINDOW = 32 * 1024 * 1024  # four 8 MiB read-around windows
 STEP = 16 * 1024 * 1024  # read on after this much writing (half the window)
 REFRESH_S = 10.0  # well inside the 30 s idle age that dropped pages on the benchmark host
+FRESH_S = 20.0  # a file read in whole (warm) less than this ago is still cached: no need to read it again
 _CHUNK = 1 << 20
 
 
 class CommitLogWarmAhead:
     def __init__(
         self, executor: Executor, next_file: Callable[[MappedFile], MappedFile | None], *,
-        window: int = WINDOW, step: int = STEP, refresh_s: float = REFRESH_S,
+        window: int = WINDOW, step: int = STEP, refresh_s: float = REFRESH_S, fresh_s: float = FRESH_S,
     ) -> None:
         self._executor = executor
         self._next_file = next_file  # the file after this one, if it exists yet
         self.window = window
         self.step = min(step, window)
         self.refresh_s = refresh_s
+        self.fresh_s = fresh_s
         # Absolute CommitLog offsets: the window was read up to `warm_to`; a write past `trigger` reads on.
         self.warm_to = -1
         self.trigger = -1
@@ -53,7 +57,8 @@ class CommitLogWarmAhead:
         self._busy = False
         self._inflight: asyncio.Future[int] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._buf = bytearray(_CHUNK)  # only the one executor thread uses it
+        self._buf = bytearray(_CHUNK)  # only the one executor thread uses it (where sendfile cannot)
+        self._null_fd: int | None = None
         self.passes = 0
         self.bytes_read = 0
 
@@ -73,18 +78,21 @@ class CommitLogWarmAhead:
         end = pos + self.window
         start = pos if refresh else max(pos, self.warm_to)
         ranges: list[tuple[MappedFile, int, int]] = []
+        now = time.monotonic()
         file_end = mf.file_from_offset + mf.file_size
-        if start < file_end:
+        # A file read in whole moments ago (the writer fills a 1 GiB file in 5 s at batch rates) needs no
+        # second read: that would only cost the loop's CPU and GIL a few per cent of batch throughput.
+        if start < file_end and now - mf.warmed_at >= self.fresh_s:
             ranges.append((mf, start - mf.file_from_offset, min(end, file_end) - mf.file_from_offset))
         if end > file_end:
             nxt = self._next_file(mf)
             if nxt is None:
                 end = file_end  # read the next file's part once it exists (next put or refresh)
-            else:
+            elif now - nxt.warmed_at >= self.fresh_s:
                 ranges.append((nxt, max(start - file_end, 0), end - file_end))
         self.warm_to = end
         self.trigger = end - self.window + self.step
-        self._warmed_at = time.monotonic()
+        self._warmed_at = now
         if not ranges:
             return
         self._busy = True
@@ -122,6 +130,9 @@ class CommitLogWarmAhead:
         self._busy = True  # no new reads
         if self._inflight is not None and not self._inflight.done():
             await asyncio.wait([self._inflight])
+        if self._null_fd is not None and self._null_fd >= 0:
+            os.close(self._null_fd)
+        self._null_fd = None
 
     async def _refresh_loop(self, last_file: Callable[[], MappedFile | None]) -> None:
         # Also what warms the window of an idle writer before its next put, not only after it.
@@ -135,17 +146,40 @@ class CommitLogWarmAhead:
     # ------------------------------------------------------------------ thread side
 
     def _read_blocking(self, ranges: list[tuple[MappedFile, int, int]]) -> int:
-        buf = self._buf
         total = 0
         for mf, pos, end in ranges:
             if mf.is_closed:
                 continue  # destroyed meanwhile, or the store is shutting down
-            fd = mf.fd
-            while pos < end:
-                view = memoryview(buf)[: min(_CHUNK, end - pos)]
-                n = os.preadv(fd, [view], pos)
-                if n <= 0:
-                    break
-                pos += n
-                total += n
+            total += self._read_range(mf.fd, pos, end)
         return total
+
+    def _read_range(self, fd: int, pos: int, end: int) -> int:
+        """Bring [pos, end) of the file into the page cache: sendfile to /dev/null reads the pages in (and
+        marks them used) without copying them anywhere, in one call: 0.22 ms per cached 16 MiB against
+        0.85 ms for preadv into a buffer. preadv where sendfile cannot do it."""
+        start = pos
+        if self._null_fd is None:
+            try:
+                self._null_fd = os.open(os.devnull, os.O_WRONLY)
+            except OSError:
+                self._null_fd = -1
+        if self._null_fd >= 0:
+            try:
+                while pos < end:
+                    n = os.sendfile(self._null_fd, fd, pos, end - pos)
+                    if n <= 0:
+                        return pos - start
+                    pos += n
+                return pos - start
+            except OSError as e:
+                if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
+                os.close(self._null_fd)
+                self._null_fd = -1  # this platform cannot: copy from now on
+        buf = self._buf
+        while pos < end:
+            n = os.preadv(fd, [memoryview(buf)[: min(_CHUNK, end - pos)]], pos)
+            if n <= 0:
+                break
+            pos += n
+        return pos - start

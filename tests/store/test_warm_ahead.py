@@ -128,6 +128,39 @@ async def test_a_window_past_the_end_of_the_file_reads_the_start_of_the_next(
         second.close_blocking()
 
 
+async def test_where_sendfile_cannot_it_reads_with_preadv(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+    mf = cold_file(tmp_path, 0, 4 * MiB)
+    try:
+        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        w._null_fd = -1  # as after sendfile failed with EINVAL on this platform
+        mf.wrote_position = MiB
+        w.note_written(mf)
+        await passes(w, 1)
+        assert w.bytes_read == MiB
+        assert all(resident(mf.file_name, MiB, 2 * MiB))
+    finally:
+        mf.close_blocking()
+
+
+async def test_a_file_read_in_whole_moments_ago_is_not_read_again(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 4 * MiB, warm=True)
+    try:
+        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        mf.wrote_position = MiB
+        w.note_written(mf)
+        w.warm(mf, refresh=True)
+        await asyncio.sleep(0.1)
+        assert w.passes == 0 and w.warm_to == 2 * MiB  # the window moved on, nothing was read
+        w.fresh_s = 0.0  # long enough ago now
+        w.warm(mf, refresh=True)
+        await passes(w, 1)
+        assert w.bytes_read == MiB
+    finally:
+        mf.close_blocking()
+
+
 async def test_a_closed_file_is_skipped_not_an_error(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
     mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), MiB, warm=False)
     mf.close_blocking()
@@ -144,6 +177,7 @@ async def test_the_store_keeps_the_writers_window_cached_and_refreshes_it(
     await store.start()
     w = store.commit_log.warm_ahead
     assert w is not None
+    w.fresh_s = 0.0  # as if the file had been read in long ago
     await store.put_message(make_msg(body=b"x" * 1000))
     await passes(w, 1)
     mf = store.commit_log.mapped_file_queue.get_last_mapped_file()
