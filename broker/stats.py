@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict, deque
+
+from remoting.loop import cancel_and_wait
 
 # TPS windows reported like RocketMQ's "putTps" (10 s, 1 min, 10 min).
 _WINDOWS_S = (10, 60, 600)
@@ -75,11 +76,8 @@ class BrokerStatsManager:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-stats")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

@@ -1,4 +1,4 @@
-"""Event loop policy: uvloop where it imports, asyncio's default otherwise."""
+"""Event loop helpers: uvloop where it imports (asyncio's default otherwise), and stopping a background task."""
 
 from __future__ import annotations
 
@@ -29,3 +29,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a service's background task and wait until it has finished (a stop() step)."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

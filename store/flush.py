@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from remoting.loop import cancel_and_wait
+
 from .aio_fsync import AioFsync
 from .mapped_file import MappedFile
 
@@ -78,13 +80,8 @@ class FlushCommitLogService:
     async def shutdown(self) -> None:
         self._stopped = True
         self._event.set()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         try:
             await self.flush_all()
         except OSError as e:
@@ -373,13 +370,8 @@ class FlushConsumeQueueService:
 
     async def shutdown(self) -> None:
         self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.do_flush(0, write_checkpoint=True)
 
     async def _run(self) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING
 
 import structlog
 
 from remoting.connection import RemotingConnection
+from remoting.loop import cancel_and_wait
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -28,11 +28,8 @@ class ClientHousekeepingService:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="client-housekeeping")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

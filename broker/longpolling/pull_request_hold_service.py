@@ -22,6 +22,7 @@ import structlog
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection, RequestContext
 from remoting.deadlines import DeadlineFifos
+from remoting.loop import cancel_and_wait
 
 log = structlog.get_logger(__name__)
 
@@ -121,11 +122,8 @@ class PullRequestHoldService:
 
     async def stop(self) -> None:
         self._expiry.clear()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         # Answer whatever is still held (PULL_NOT_FOUND or messages) rather than leave clients waiting.
         for reqs in list(self.pull_request_table.values()):
             for req in list(reqs):
