@@ -40,6 +40,8 @@ STEP = 16 * 1024 * 1024  # read on after this much writing (half the window)
 REFRESH_S = 10.0  # well inside the 30 s idle age that dropped pages on the benchmark host
 FRESH_S = 20.0  # a file read in whole (warm) less than this ago is still cached: no need to read it again
 _CHUNK = 1 << 20
+# sendfile cannot write to /dev/null here (BSD and macOS want a socket; old kernels a non-file): copy instead.
+_NO_SENDFILE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK, errno.ENOTSUP})
 
 
 class CommitLogWarmAhead:
@@ -158,7 +160,7 @@ class CommitLogWarmAhead:
         start = pos
         if self._null_fd is None:
             try:
-                self._null_fd = os.open(os.devnull, os.O_WRONLY)
+                self._null_fd = os.open(os.devnull, os.O_WRONLY) if hasattr(os, "sendfile") else -1
             except OSError:
                 self._null_fd = -1
         if self._null_fd >= 0:
@@ -170,7 +172,7 @@ class CommitLogWarmAhead:
                     pos += n
                 return pos - start
             except OSError as e:
-                if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                if e.errno not in _NO_SENDFILE:
                     raise
                 os.close(self._null_fd)
                 self._null_fd = -1  # this platform cannot: copy from now on

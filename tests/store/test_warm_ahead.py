@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import sys
@@ -157,6 +158,25 @@ async def test_a_file_read_in_whole_moments_ago_is_not_read_again(
         w.warm(mf, refresh=True)
         await passes(w, 1)
         assert w.bytes_read == MiB
+    finally:
+        mf.close_blocking()
+
+
+async def test_a_sendfile_that_refuses_dev_null_falls_back_to_preadv(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuses(*_: object) -> int:
+        raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")  # BSD and macOS sendfile
+
+    monkeypatch.setattr(os, "sendfile", refuses)
+    mf = cold_file(tmp_path, 0, 4 * MiB)
+    try:
+        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        mf.wrote_position = MiB
+        w.note_written(mf)
+        await passes(w, 1)
+        assert w.bytes_read == MiB
+        assert all(resident(mf.file_name, MiB, 2 * MiB))
     finally:
         mf.close_blocking()
 
