@@ -469,16 +469,11 @@ class CommitLog:
         return mf
 
     def _file_after(self, mf: MappedFile) -> MappedFile | None:
-        """The file that follows `mf`, if it has been made (preallocated or already rolled to)."""
+        """The preallocated file that follows `mf` (the writer's file), once it has been made."""
         fut = self._next_file
-        if fut is not None and self._next_file_offset == mf.file_end_offset and fut.done():
-            if not fut.cancelled() and fut.exception() is None:
-                return fut.result()
+        if fut is None or self._next_file_offset != mf.file_end_offset or not fut.done():
             return None
-        last = self.mapped_file_queue.get_last_mapped_file()
-        if last is not None and last.file_from_offset == mf.file_end_offset:
-            return last
-        return None
+        return fut.result() if not fut.cancelled() and fut.exception() is None else None
 
     def _discard_file_result(self, fut: asyncio.Future[MappedFile]) -> None:
         """A preallocated file that is not needed after all: delete it off the loop."""

@@ -58,8 +58,8 @@ class CommitLogWarmAhead:
         # Absolute CommitLog offsets: the window was read up to `warm_to`; a write past `trigger` reads on.
         self.warm_to = -1
         self.trigger = -1
-        self._warmed_at = 0.0
-        self._busy = False
+        self._last_pass_at = 0.0
+        self._stopped = False
         self._inflight: asyncio.Future[int] | None = None
         self._task: asyncio.Task[None] | None = None
         self._buf = bytearray(_CHUNK)  # only the one executor thread uses it (where sendfile cannot)
@@ -77,7 +77,7 @@ class CommitLogWarmAhead:
     def warm(self, mf: MappedFile, *, refresh: bool) -> None:
         """Submit one read of the window ahead of `mf`'s write position: the part not yet read, or with
         `refresh` all of it (pages read long ago may have been dropped since)."""
-        if self._busy:
+        if self._stopped or (self._inflight is not None and not self._inflight.done()):
             return
         pos = mf.file_from_offset + mf.wrote_position
         end = pos + self.window
@@ -89,28 +89,27 @@ class CommitLogWarmAhead:
         # second read: that would only cost the loop's CPU and GIL a few per cent of batch throughput.
         if start < file_end and now - mf.warmed_at >= self.fresh_s:
             ranges.append((mf, start - mf.file_from_offset, min(end, file_end) - mf.file_from_offset))
+        self.trigger = end - self.window + self.step
         if end > file_end:
             nxt = self._next_file(mf)
             if nxt is None:
-                end = file_end  # read the next file's part once it exists (next put or refresh)
+                # Read the next file's part once it exists: look again a little further on, not at every put.
+                end = file_end
+                self.trigger = pos + self.step // 4
             elif now - nxt.warmed_at >= self.fresh_s:
                 ranges.append((nxt, max(start - file_end, 0), end - file_end))
         self.warm_to = end
-        self.trigger = end - self.window + self.step
-        self._warmed_at = now
+        self._last_pass_at = now
         if not ranges:
             return
-        self._busy = True
         try:
             fut = asyncio.get_running_loop().run_in_executor(self._executor, self._read_blocking, ranges)
         except RuntimeError:  # executor shut down: the store is closing
-            self._busy = False
             return
         fut.add_done_callback(self._done)
         self._inflight = fut
 
     def _done(self, fut: asyncio.Future[int]) -> None:
-        self._busy = False
         if fut.cancelled():
             return
         e = fut.exception()
@@ -127,7 +126,7 @@ class CommitLogWarmAhead:
         """Stop refreshing and let a read in flight finish: the store closes the files next."""
         await cancel_and_wait(self._task)
         self._task = None
-        self._busy = True  # no new reads
+        self._stopped = True  # no new reads
         if self._inflight is not None and not self._inflight.done():
             await asyncio.wait([self._inflight])
         if self._null_fd is not None and self._null_fd >= 0:
@@ -138,7 +137,7 @@ class CommitLogWarmAhead:
         # Also what warms the window of an idle writer before its next put, not only after it.
         while True:
             await asyncio.sleep(1.0)
-            if time.monotonic() - self._warmed_at >= self.refresh_s:
+            if time.monotonic() - self._last_pass_at >= self.refresh_s:
                 mf = last_file()
                 if mf is not None and not mf.is_full():
                     self.warm(mf, refresh=True)

@@ -129,11 +129,21 @@ async def test_a_window_past_the_end_of_the_file_reads_the_start_of_the_next(
         second.close_blocking()
 
 
-async def test_where_sendfile_cannot_it_reads_with_preadv(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+def _sendfile_refuses(*_: object) -> int:
+    raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")  # BSD and macOS: a socket only
+
+
+@pytest.mark.parametrize("sendfile", ["missing", "refuses /dev/null"])
+async def test_where_sendfile_cannot_it_reads_with_preadv(
+    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch, sendfile: str
+) -> None:
+    if sendfile == "missing":
+        monkeypatch.delattr(os, "sendfile", raising=False)
+    else:
+        monkeypatch.setattr(os, "sendfile", _sendfile_refuses)
     mf = cold_file(tmp_path, 0, 4 * MiB)
     try:
         w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
-        w._null_fd = -1  # as after sendfile failed with EINVAL on this platform
         mf.wrote_position = MiB
         w.note_written(mf)
         await passes(w, 1)
@@ -158,25 +168,6 @@ async def test_a_file_read_in_whole_moments_ago_is_not_read_again(
         w.warm(mf, refresh=True)
         await passes(w, 1)
         assert w.bytes_read == MiB
-    finally:
-        mf.close_blocking()
-
-
-async def test_a_sendfile_that_refuses_dev_null_falls_back_to_preadv(
-    tmp_path: Path, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def refuses(*_: object) -> int:
-        raise OSError(errno.ENOTSOCK, "Socket operation on non-socket")  # BSD and macOS sendfile
-
-    monkeypatch.setattr(os, "sendfile", refuses)
-    mf = cold_file(tmp_path, 0, 4 * MiB)
-    try:
-        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
-        mf.wrote_position = MiB
-        w.note_written(mf)
-        await passes(w, 1)
-        assert w.bytes_read == MiB
-        assert all(resident(mf.file_name, MiB, 2 * MiB))
     finally:
         mf.close_blocking()
 
