@@ -105,8 +105,8 @@ def cpu_since(pids: dict[str, int], snapshot: dict[str, float]) -> dict[str, flo
 
 def wait_idle(pids: list[int], busy: float = 0.05, window: float = 0.5, timeout: float = 30.0) -> float:
     """Wait until every process uses under `busy` of a CPU over `window` seconds (at most `timeout`):
-    a broker preallocates and pages in its next 1 GiB CommitLog file on a thread after start-up and after
-    the warm-up, and a timed run that overlaps that background work measures it too. Returns the wait."""
+    an idle broker reads its CommitLog files ahead of the writer into the page cache on a thread, and a
+    timed run that overlaps that background work measures it too. Returns the wait."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         c0 = [cpu_seconds(p) for p in pids]
@@ -437,9 +437,9 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         "per-write fsync; Redis: no push delivery). Each run is a fresh client process; consumer timings "
         "start when the consumer has started (its first fetch is inside the clock). Before the first timed "
         "run every server gets a short warm-up send. Before every run the harness waits (at most 10 s) until "
-        "all servers are idle: a broker pages in its next CommitLog file on a thread after start-up and after "
-        "each file it fills (~1-3 s of CPU per GiB here); that CPU counts in the run that filled the file "
-        "until the run ends. The CPU other servers used during each run is in results.json (`others_cpu_s`).",
+        "all servers are idle: an idle broker reads the rest of its CommitLog file and the next one into the "
+        "page cache on a thread (2.5-6 s of CPU per GiB here). The CPU other servers used during each run "
+        "is in results.json (`others_cpu_s`).",
         "",
         "Individual runs (msgs/s): " + "; ".join(
             f"{w}/{s}: " + ", ".join(f"{x:,.0f}" for x in d.get("msgs_s_all", []))
@@ -537,8 +537,8 @@ def main() -> int:
                 for s in systems:
                     if results[w][s] and "skip" in results[w][s][0]:
                         continue
-                    # Background work the start-up or a run leaves behind (a broker's next CommitLog file:
-                    # ~1-3 s of CPU here) settles before the next run, whichever system that is.
+                    # Background work the start-up or a run leaves behind (a broker reading its next CommitLog
+                    # file in while idle: 2.5-6 s of CPU per GiB here) settles before the next run.
                     idle_wait = wait_idle(server_pids, window=0.3, timeout=10.0)
                     r = run_one(s, w, a, env)
                     r["idle_wait_s"] = round(idle_wait, 1)

@@ -191,7 +191,6 @@ class CommitLog:
             cfg.store_path_commit_log(),
             cfg.mappedFileSizeCommitLog,
             preallocate=cfg.preallocateMappedFile,
-            warm=cfg.warmMapedFileEnable,
         )
         self.mapped_file_size = cfg.mappedFileSizeCommitLog
         # "topic-queueId" -> next queue offset; assigned in the put path.
@@ -200,9 +199,12 @@ class CommitLog:
         self._put_lock = asyncio.Lock()
         self._next_file: asyncio.Future[MappedFile] | None = None
         self._next_file_offset = -1
-        # Keeps the pages ahead of the writer cached (see warm_ahead.py); with warming off, nothing does.
+        # Reads the files ahead of the writer into the page cache (see warm_ahead.py); with warming off,
+        # nothing does and the writer faults its pages in itself.
         self.warm_ahead: CommitLogWarmAhead | None = (
-            CommitLogWarmAhead(store.commit_log_warm_executor, self._file_after) if cfg.warmMapedFileEnable else None
+            CommitLogWarmAhead(store.commit_log_warm_executor, self._file_after, self.files_ahead)
+            if cfg.warmMapedFileEnable
+            else None
         )
         self._topic_cache: dict[str, bytes | None] = {}
         self._host_cache: dict[str, bytes] = {}
@@ -474,6 +476,18 @@ class CommitLog:
         if fut is None or self._next_file_offset != mf.file_end_offset or not fut.done():
             return None
         return fut.result() if not fut.cancelled() and fut.exception() is None else None
+
+    def files_ahead(self) -> list[MappedFile]:
+        """The writer's file unless full, then the preallocated next one once made: what the writer fills
+        next, in order."""
+        out: list[MappedFile] = []
+        last = self.mapped_file_queue.get_last_mapped_file()
+        if last is not None and not last.is_full():
+            out.append(last)
+        fut = self._next_file
+        if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            out.append(fut.result())
+        return out
 
     def _discard_file_result(self, fut: asyncio.Future[MappedFile]) -> None:
         """A preallocated file that is not needed after all: delete it off the loop."""

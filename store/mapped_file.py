@@ -50,7 +50,7 @@ class MappedFile:
         self.mm = mm
         # Read-only base view: slices handed to readers can't scribble on the mapping.
         self.mv = memoryview(mm).toreadonly()
-        self.warmed_at = 0.0  # time.monotonic() when create_blocking read it all in (warm), else 0
+        self.warmed_at = 0.0  # time.monotonic() when the CommitLog warm-ahead had read it all in, else 0
         self._fd = fd
         self._closed = False
 
@@ -58,14 +58,10 @@ class MappedFile:
 
     @classmethod
     def create_blocking(
-        cls, file_name: str, file_size: int, *, preallocate: bool = True, warm: bool = False,
+        cls, file_name: str, file_size: int, *, preallocate: bool = True,
         random_access: bool = False, sync_dir: bool = True,
     ) -> MappedFile:
         """Create (atomically: temp name + rename) and map a new zero-filled file.
-
-        warm: read the (preallocated, all-zero) file once so its pages sit in the page cache. A first
-        write to an uncached page costs a ~4 us fault on the writer (the event loop); to a cached one
-        ~0.3 us. Unlike Java's warmMappedFile (writing zeros) this costs no disk writes.
 
         random_access: see no_read_around.
 
@@ -86,8 +82,6 @@ class MappedFile:
                         raise
             else:
                 os.ftruncate(fd, file_size)  # sparse
-            if warm:
-                _warm_page_cache(fd, file_size)
             os.rename(tmp, file_name)
             if sync_dir:
                 fsync_dir(d)
@@ -102,8 +96,6 @@ class MappedFile:
                 pass
             raise
         mf = cls(file_name, file_size, fd, mm)
-        if warm:
-            mf.warmed_at = time.monotonic()
         log.debug("mapped_file_created", file=file_name, size=file_size)
         return mf
 
@@ -254,17 +246,6 @@ def no_read_around(mm: mmap.mmap) -> None:
             mm.madvise(advice)
         except OSError:  # an advisory hint: never a reason to fail a file
             pass
-
-
-def _warm_page_cache(fd: int, size: int) -> None:
-    chunk = bytearray(1 << 20)
-    views = [chunk]
-    pos = 0
-    while pos < size:
-        n = os.preadv(fd, views, pos)
-        if n <= 0:
-            break
-        pos += n
 
 
 def fsync_dir(d: str) -> None:

@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 
 class MappedFileQueue:
     def __init__(
-        self, store_path: str, mapped_file_size: int, *, preallocate: bool = True, warm: bool = False,
+        self, store_path: str, mapped_file_size: int, *, preallocate: bool = True,
         random_access: bool = False, defer_dir_sync: bool = False,
     ) -> None:
         self.store_path = store_path
@@ -35,7 +35,6 @@ class MappedFileQueue:
         self.random_access = random_access  # mapped_file.no_read_around on every file (ConsumeQueues)
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
-        self.warm = warm
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
         self.store_timestamp = 0  # store time of the last flushed record
@@ -67,7 +66,7 @@ class MappedFileQueue:
     def create_file_blocking(self, start_offset: int) -> MappedFile:
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
         mf = MappedFile.create_blocking(
-            path, self.mapped_file_size, preallocate=self.preallocate, warm=self.warm and self.preallocate,
+            path, self.mapped_file_size, preallocate=self.preallocate,
             random_access=self.random_access, sync_dir=not self.defer_dir_sync,
         )
         if self.defer_dir_sync:

@@ -1,4 +1,5 @@
-"""CommitLogWarmAhead: the pages ahead of the CommitLog writer are read into the page cache on a thread.
+"""CommitLogWarmAhead: the pages ahead of the CommitLog writer are read into the page cache on a thread:
+the window just ahead as the writer moves, the files ahead in whole only while the event loop is idle.
 
 Residency is read with mincore(2) on a fresh read-only mapping, so these tests need Linux."""
 
@@ -11,6 +12,7 @@ import errno
 import mmap
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,9 +53,16 @@ def resident(path: str, start: int, end: int) -> list[bool]:
         os.close(fd)
 
 
+def mostly(pages: list[bool]) -> bool:
+    """Most of the pages read are still cached. Not all: a host that reclaims proactively (the benchmark
+    VM's DAMON scheme) drops 10-20% of freshly read, unmapped page cache within seconds, at random; a
+    read of the wrong range or none leaves none of it cached."""
+    return sum(pages) >= 0.75 * len(pages)
+
+
 def cold_file(tmp_path: Path, offset: int, size: int) -> MappedFile:
     """A fallocated, unwarmed file: none of its pages cached (skip where the filesystem keeps them)."""
-    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(offset)), size, warm=False)
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(offset)), size)
     fd = os.open(mf.file_name, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -83,12 +92,12 @@ async def test_reads_the_window_ahead_of_the_writer_then_only_what_is_new(
 ) -> None:
     mf = cold_file(tmp_path, 0, 8 * MiB)
     try:
-        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB, step=MiB // 2)
+        w = CommitLogWarmAhead(executor, lambda _: None, list, window=MiB, step=MiB // 2)
         mf.wrote_position = 2 * MiB
         w.note_written(mf)
         await passes(w, 1)
         assert w.bytes_read == MiB
-        assert all(resident(mf.file_name, 2 * MiB, 3 * MiB))
+        assert mostly(resident(mf.file_name, 2 * MiB, 3 * MiB))
         assert not any(resident(mf.file_name, 0, MiB))  # behind the writer: not read
 
         mf.wrote_position = 2 * MiB + MiB // 4  # less than a step written: nothing to do yet
@@ -100,7 +109,7 @@ async def test_reads_the_window_ahead_of_the_writer_then_only_what_is_new(
         w.note_written(mf)
         await passes(w, 2)
         assert w.bytes_read == MiB + 3 * MiB // 5
-        assert all(resident(mf.file_name, 3 * MiB, 3 * MiB + 3 * MiB // 5))
+        assert mostly(resident(mf.file_name, 3 * MiB, 3 * MiB + 3 * MiB // 5))
     finally:
         mf.close_blocking()
 
@@ -112,7 +121,7 @@ async def test_a_window_past_the_end_of_the_file_reads_the_start_of_the_next(
     first, second = cold_file(tmp_path, 0, size), cold_file(tmp_path, size, size)
     try:
         nxt: dict[int, MappedFile] = {}
-        w = CommitLogWarmAhead(executor, lambda mf: nxt.get(mf.file_end_offset), window=MiB)
+        w = CommitLogWarmAhead(executor, lambda mf: nxt.get(mf.file_end_offset), list, window=MiB)
         first.wrote_position = size - MiB // 2
         w.note_written(first)  # the next file does not exist yet: read to the end of this one
         await passes(w, 1)
@@ -123,7 +132,7 @@ async def test_a_window_past_the_end_of_the_file_reads_the_start_of_the_next(
         w.warm(first, refresh=True)
         await passes(w, 2)
         assert w.bytes_read == MiB // 2 + MiB
-        assert all(resident(second.file_name, 0, MiB // 2))
+        assert mostly(resident(second.file_name, 0, MiB // 2))
     finally:
         first.close_blocking()
         second.close_blocking()
@@ -143,12 +152,12 @@ async def test_where_sendfile_cannot_it_reads_with_preadv(
         monkeypatch.setattr(os, "sendfile", _sendfile_refuses)
     mf = cold_file(tmp_path, 0, 4 * MiB)
     try:
-        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        w = CommitLogWarmAhead(executor, lambda _: None, list, window=MiB)
         mf.wrote_position = MiB
         w.note_written(mf)
         await passes(w, 1)
         assert w.bytes_read == MiB
-        assert all(resident(mf.file_name, MiB, 2 * MiB))
+        assert mostly(resident(mf.file_name, MiB, 2 * MiB))
     finally:
         mf.close_blocking()
 
@@ -156,9 +165,10 @@ async def test_where_sendfile_cannot_it_reads_with_preadv(
 async def test_a_file_read_in_whole_moments_ago_is_not_read_again(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
-    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 4 * MiB, warm=True)
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), 4 * MiB)
+    mf.warmed_at = time.monotonic()  # as the idle reading leaves it
     try:
-        w = CommitLogWarmAhead(executor, lambda _: None, window=MiB)
+        w = CommitLogWarmAhead(executor, lambda _: None, list, window=MiB)
         mf.wrote_position = MiB
         w.note_written(mf)
         w.warm(mf, refresh=True)
@@ -173,9 +183,9 @@ async def test_a_file_read_in_whole_moments_ago_is_not_read_again(
 
 
 async def test_a_closed_file_is_skipped_not_an_error(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
-    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), MiB, warm=False)
+    mf = MappedFile.create_blocking(str(tmp_path / offset_to_file_name(0)), MiB)
     mf.close_blocking()
-    w = CommitLogWarmAhead(executor, lambda _: None, window=MiB // 2)
+    w = CommitLogWarmAhead(executor, lambda _: None, list, window=MiB // 2)
     w.note_written(mf)
     await passes(w, 1)
     assert w.bytes_read == 0
@@ -217,3 +227,71 @@ async def test_no_warm_ahead_when_warming_is_off(make_store: Callable[..., Defau
     await store.start()
     await store.put_message(make_msg())
     await store.shutdown()
+
+
+async def test_while_idle_it_reads_the_rest_of_the_writers_file_then_the_next_in_whole(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    size = 4 * MiB
+    first, second = cold_file(tmp_path, 0, size), cold_file(tmp_path, size, size)
+    try:
+        w = CommitLogWarmAhead(executor, lambda _: None, lambda: [first, second], window=MiB, idle_chunk=MiB)
+        first.wrote_position = MiB
+        w.note_written(first)  # the window: [1, 2) MiB
+        await passes(w, 1)
+        chunks = 0
+        async with asyncio.timeout(5):
+            while True:
+                await passes(w, 1 + chunks)
+                if not w.read_idle_chunk():
+                    break
+                chunks += 1
+        assert chunks == 2 + 4  # the rest of the writer's file past the window, then all of the next
+        assert w.idle_bytes_read == 2 * MiB + size
+        assert mostly(resident(first.file_name, MiB, size)) and mostly(resident(second.file_name, 0, size))
+        assert not any(resident(first.file_name, 0, MiB))  # behind the writer: not read
+        assert first.warmed_at > 0 and second.warmed_at > 0  # so the window does not read them again
+    finally:
+        first.close_blocking()
+        second.close_blocking()
+
+
+async def test_nothing_is_read_in_whole_while_the_event_loop_is_busy(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    mf = cold_file(tmp_path, 0, 4 * MiB)
+    w = CommitLogWarmAhead(executor, lambda _: None, lambda: [mf], window=MiB, idle_chunk=MiB)
+    # No writer's file for the window refresh: the kernel's read-ahead behind one fills a small file.
+    w.start(lambda: None)
+    try:
+        # Keep the loop thread busy (as a burst of sends does) for longer than many idle ticks.
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            sum(range(20_000))
+            await asyncio.sleep(0)
+        assert w.idle_bytes_read == 0 and not any(resident(mf.file_name, 0, 4 * MiB))
+        async with asyncio.timeout(5):  # idle now: the file is read in whole
+            while not mf.warmed_at:
+                await asyncio.sleep(0.02)
+        assert mostly(resident(mf.file_name, 0, 4 * MiB))
+    finally:
+        await w.stop()
+        mf.close_blocking()
+
+
+async def test_an_idle_store_reads_its_next_commit_log_file_in_whole_before_any_put(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    store = make_store(mappedFileSizeCommitLog=4 * MiB)
+    await store.start()
+    try:
+        async with asyncio.timeout(5):
+            while not (ahead := store.commit_log.files_ahead()):
+                await asyncio.sleep(0.02)
+            first = ahead[0]  # made at start, not yet written to
+            while not first.warmed_at:
+                await asyncio.sleep(0.02)
+        assert mostly(resident(first.file_name, 0, first.file_size))
+        assert store.commit_log.warm_ahead is not None and store.commit_log.warm_ahead.idle_bytes_read > 0
+    finally:
+        await store.shutdown()
