@@ -180,6 +180,7 @@ class BrokerController:
             long_polling_enable=lambda: self.broker_config.longPollingEnable,
             short_polling_time_mills=lambda: self.broker_config.shortPollingTimeMills,
             max_held=bc.maxHeldPullRequests,
+            on_first_held=self.message_store.arrival_interest_changed,
         )
         self.remoting_server = RemotingServer(
             self.dispatcher,

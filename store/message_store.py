@@ -1012,12 +1012,18 @@ class DefaultMessageStore:
     def add_arrival_listener(self, cb: ArrivalListener, run_filter: ArrivalRunFilter | None = None) -> None:
         """cb(topic, queue_id, logic_offset_after, tags_code, store_timestamp, properties), on the loop
         thread, once per dispatched consumable message. With `run_filter`, records reach cb only when
-        run_filter(topic, queue_id) is true: asked once per batch, and for single records once per queue in
-        a stretch of dispatching without awaits (nothing else runs meanwhile). It must be true whenever cb
-        could act on a record of that queue."""
+        run_filter(topic, queue_id) is true: asked once per batch, and for single records once per queue,
+        the answer kept until arrival_interest_changed(topic, queue_id). It must be true whenever cb could
+        act on a record of that queue, and its owner must call arrival_interest_changed whenever a queue's
+        answer may turn true (a pull held on it)."""
         self.arrival_listeners.append(cb)
         if run_filter is not None:
             self.arrival_run_filters[cb] = run_filter
+        self.reput_message_service.forget_wanted()
+
+    def arrival_interest_changed(self, topic: str, queue_id: int) -> None:
+        """A listener's run filter may now want records of this queue (see add_arrival_listener)."""
+        self.reput_message_service.forget_wanted(topic, queue_id)
 
     def remove_arrival_listener(self, cb: ArrivalListener) -> None:
         try:
@@ -1026,6 +1032,7 @@ class DefaultMessageStore:
             pass
         if cb not in self.arrival_listeners:
             self.arrival_run_filters.pop(cb, None)
+        self.reput_message_service.forget_wanted()
 
     def get_commit_log_max_offset(self) -> int:
         return self.commit_log.get_max_offset()

@@ -98,8 +98,11 @@ class PullRequestHoldService:
         long_polling_enable: Callable[[], bool] = lambda: True,
         short_polling_time_mills: Callable[[], int] = lambda: 1000,
         max_held: int = 100000,
+        on_first_held: Callable[[str, int], None] = lambda _topic, _queue_id: None,
     ) -> None:
         self._wake = wake
+        # Told when a queue gets its first held pull: has_held turned true (the store keeps its answers).
+        self._on_first_held = on_first_held
         self._max_offset = max_offset_in_queue
         self._long_polling_enable = long_polling_enable
         self._short_polling_time_mills = short_polling_time_mills
@@ -150,7 +153,11 @@ class PullRequestHoldService:
         """Hold req until a matching message arrives or its timeout; False when too many are held."""
         if self.held >= self.max_held:
             return False
-        self.pull_request_table.setdefault((req.topic, req.queue_id), []).append(req)
+        lst = self.pull_request_table.get((req.topic, req.queue_id))
+        if lst is None:
+            lst = self.pull_request_table[(req.topic, req.queue_id)] = []
+            self._on_first_held(req.topic, req.queue_id)
+        lst.append(req)
         self._by_conn.setdefault(req.ctx.conn, set()).add(req)
         self.held += 1
         self._expiry.add(req.timeout_millis, req)

@@ -328,6 +328,27 @@ async def test_held_pull_woken_by_matching_arrival_only() -> None:
     assert woken[-1] is r_other  # stop answers what is still held
 
 
+async def test_a_queues_first_held_pull_is_announced_once() -> None:
+    """The store keeps its listeners' per-queue filter answers: the hold service says when has_held turns
+    true for a queue, and only then."""
+    firsts: list[tuple[str, int]] = []
+    svc = PullRequestHoldService(lambda r: None, lambda t, q: 0, on_first_held=lambda t, q: firsts.append((t, q)))
+    svc.start()
+    try:
+        conn = FakeConn("c")
+        r1, r2 = held(conn, "T", 0, 0, 10000), held(conn, "T", 0, 0, 10000)
+        assert svc.suspend_pull_request(r1) and svc.suspend_pull_request(r2)
+        assert firsts == [("T", 0)] and svc.has_held("T", 0)
+        svc.notify_message_arriving("T", 0, 1)  # wakes both: the queue has none held now
+        await asyncio.sleep(0)
+        assert not svc.has_held("T", 0)
+        assert svc.suspend_pull_request(held(conn, "T", 0, 1, 10000))
+        assert svc.suspend_pull_request(held(conn, "T", 1, 0, 10000))
+        assert firsts == [("T", 0), ("T", 0), ("T", 1)]
+    finally:
+        await svc.stop()
+
+
 async def test_held_pull_times_out_and_bounds() -> None:
     woken: list[PullRequest] = []
     svc = PullRequestHoldService(woken.append, lambda t, q: 0, max_held=2)

@@ -220,6 +220,25 @@ async def test_long_poll_is_answered_by_arrival(broker: BrokerHarness) -> None:
     assert h.controller.pull_request_hold_service.held == 0
 
 
+async def test_long_poll_on_a_queue_already_dispatched_to_is_answered_by_arrival(broker: BrokerHarness) -> None:
+    """The store keeps, per queue, whether a listener wants its records; a pull held after the queue's
+    records went by unwanted must still hear of the next one (the hold service tells the store)."""
+    h = broker
+    for body in (b"a", b"b", b"c"):  # records dispatched while nothing is held on the queue
+        await h.call(send_v1("LPQ", body, queue_id=0))
+        await dispatched(h)
+    fut = await h.client.invoke_future(h.addr, pull("LPQ", 0, 3, suspend_ms=10000), 15000)
+    await asyncio.sleep(0.1)
+    assert not fut.done() and h.controller.pull_request_hold_service.held == 1
+    t0 = time.monotonic()
+    await h.call(send_v1("LPQ", b"d", queue_id=0))
+    p = await asyncio.wait_for(fut, 5)
+    elapsed_ms = (time.monotonic() - t0) * 1000
+    assert p.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_messages(p.body)] == [b"d"]
+    assert elapsed_ms < 1000, elapsed_ms  # event-driven, not the 5 s re-check
+
+
 async def test_held_pull_ignores_other_tags_then_times_out(broker: BrokerHarness) -> None:
     h = broker
     await h.call(send_v1("LP2", b"first", queue_id=0, properties=props("x")))

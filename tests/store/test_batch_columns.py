@@ -158,20 +158,43 @@ async def test_run_filter_gates_batches_and_single_records(make_store: Callable[
     assert await store.wait_dispatched(5)
     assert asked == [("TopicTest", 0), ("TopicTest", 1)]  # once per batch, not per record
     assert seen == [(1, 1), (1, 2), (1, 3)]  # the unwatched queue's batch never reached the listener
-    # Single records: a queue's first record in a stretch of dispatching reaches every listener; the
-    # filter is asked at its second, once, not per record.
+    # Single records: the filter is asked at a queue's first record, and its answer kept.
     asked.clear()
     await store.put_many([[make_msg(topic="TopicTest", queue_id=q)] for q in (0, 1, 0, 1, 0)])
     assert await store.wait_dispatched(5)
     assert asked == [("TopicTest", 0), ("TopicTest", 1)]
-    assert seen[3:] == [(0, 5), (1, 4), (1, 5)]  # the unwatched queue's later records never reached it
-    # A queue watched later (a pull held meanwhile) is heard from its next record on.
+    assert seen[3:] == [(1, 4), (1, 5)]  # the unwatched queue's records never reached it
+    await store.put_many([[make_msg(topic="TopicTest", queue_id=q)] for q in (1, 0)])
+    assert await store.wait_dispatched(2)
+    assert asked == [("TopicTest", 0), ("TopicTest", 1)]  # later stretches: not asked again
+    assert seen[5:] == [(1, 6)]
+    # A queue watched later (a pull held meanwhile: its owner says so) is heard from its next record on.
     watched.add(0)
+    store.arrival_interest_changed("TopicTest", 0)
     await store.put_many([[make_msg(topic="TopicTest", queue_id=0)]])
     assert await store.wait_dispatched(5)
-    assert seen[-1] == (0, 8)
+    assert asked[2:] == [("TopicTest", 0)]
+    assert seen[-1] == (0, 9)
     store.remove_arrival_listener(store.arrival_listeners[0])
     assert store.arrival_run_filters == {}
+
+
+async def test_run_filter_answers_stay_with_their_queue_across_index_rolls(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """A record whose index file rolls under it is dispatched without its queue at hand: the filter's
+    answer for it must not be kept for (and given to) whichever queue comes next that way."""
+    store = make_store(maxIndexNum=4, maxHashSlotNum=4)  # an index roll every few records
+    await store.start()
+    seen: list[int] = []
+    store.add_arrival_listener(lambda topic, qid, after, tc, ts, props: seen.append(qid), lambda t, q: q == 1)
+    qids = [0, 1] * 20
+    for q in qids:  # one at a time: each record its own stretch of dispatching
+        await store.put_many([[make_msg(topic="TopicTest", queue_id=q, keys=f"k{len(seen)}")]])
+        assert await store.wait_dispatched(5)
+    assert len(store.index_service.index_file_list) > 3  # type: ignore[union-attr]
+    assert seen == [1] * 20
+    await store.shutdown()
 
 
 def test_index_hashes_match_one_by_one() -> None:
