@@ -7,10 +7,15 @@ a worker thread.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
+import functools
 import mmap
 import os
+import sys
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -37,6 +42,7 @@ class MappedFile:
         "warmed_at",
         "_fd",
         "_closed",
+        "_addr",
     )
 
     def __init__(self, file_name: str, file_size: int, fd: int, mm: mmap.mmap) -> None:
@@ -53,6 +59,7 @@ class MappedFile:
         self.warmed_at = 0.0  # time.monotonic() when the CommitLog warm-ahead had read it all in, else 0
         self._fd = fd
         self._closed = False
+        self._addr = 0  # the mapping's address, for populate_blocking (0: not looked up yet)
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -138,6 +145,36 @@ class MappedFile:
             os.close(self._fd)
         except OSError:
             pass
+
+    def populate_blocking(self, start: int, end: int) -> int | None:
+        """Fault [start, end) into this mapping (read-only: nothing is dirtied, no disk writes) on the calling
+        thread, without holding the GIL; the bytes covered, or None where the kernel cannot (not Linux
+        5.14+). Unlike a read into the page cache, the pages are then mapped: page cache that no process
+        maps is what proactive reclaim drops first (on our benchmark VM 10-20% of it every 5 s), mapped
+        pages it leaves alone. Re-populating pages already mapped is cheap: ~4 us per MiB."""
+        madvise = _madvise()
+        if madvise is None or self._closed:
+            return None
+        addr = self._addr
+        if not addr:
+            try:
+                c = ctypes.c_char.from_buffer(self.mm)
+            except (ValueError, TypeError, BufferError):
+                return 0  # closed meanwhile
+            addr = self._addr = ctypes.addressof(c)
+            del c  # the buffer export ends here: close_blocking can still unmap
+        start -= start % OS_PAGE_SIZE
+        end = min(end, self.file_size)
+        if end <= start:
+            return 0
+        if madvise(addr + start, end - start, _MADV_POPULATE_READ) != 0:
+            err = ctypes.get_errno()
+            if err == errno.EINVAL:
+                return None  # an older kernel (or an unaligned range, which this is not)
+            if err in (errno.ENOMEM, errno.EFAULT):
+                return 0  # unmapped meanwhile (the file closed)
+            raise OSError(err, os.strerror(err))
+        return end - start
 
     def destroy_blocking(self) -> None:
         self.close_blocking()
@@ -232,6 +269,25 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.file_name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+_MADV_POPULATE_READ = 22  # Linux 5.14+ (not in Python 3.11's mmap module)
+
+
+@functools.cache
+def _madvise() -> Callable[[int, int, int], int] | None:
+    """libc madvise through ctypes, which releases the GIL for the call (mmap.madvise holds it: populating
+    128 MiB of fresh memory stalled every other thread ~0.35 s); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
 
 
 def no_read_around(mm: mmap.mmap) -> None:
