@@ -385,6 +385,21 @@ def test_index_hashes_suffix_table_matches_one_by_one() -> None:
     assert h.index_hashes("T", ["pre-\U0001f600abc", "pre-abcd"]) in (None, want("T", ["pre-\U0001f600abc", "pre-abcd"]))
 
 
+def test_mixed_topic_index_hashes_match_one_by_one() -> None:
+    """Pipelined sends round-robin over topics: one producer's keys (one prefix) under many topics hash in
+    bulk to what each whole "topic#key" hashes to; keys that do not share a prefix, one by one."""
+    h = TopicKeyHasher()
+    topics = ["TopicA", "TöpicB", "%RETRY%G", "t" * 200, "Bench_topics_7"]
+    for prefix in ("7F00000100002A9F1C2B3D4E5F60", "C0A80001000078C3A1B2C3D4E5F7", "x"):
+        for start in (0, 0xFFF0):
+            keys = [f"{prefix}{(start + i) & 0xFFFF:04X}" for i in range(64)]
+            ts = [topics[i % len(topics)] for i in range(len(keys))]
+            assert h.index_hashes_mixed(ts, keys) == [_want_index_hashes(t, [k])[0] for t, k in zip(ts, keys, strict=True)]
+    mixed = ["7F00000100002A9F1C2B3D4E5F600001", "7F00000100002A9F1C2B3D4E5F610002", "é-key", "ab"]
+    ts = topics[: len(mixed)]
+    assert h.index_hashes_mixed(ts, mixed) == [_want_index_hashes(t, [k])[0] for t, k in zip(ts, mixed, strict=True)]
+
+
 def _want_index_hashes(topic: str, keys: list[str]) -> list[int]:
     out = []
     for k in keys:
