@@ -199,8 +199,8 @@ class CommitLog:
         self._put_lock = asyncio.Lock()
         self._next_file: asyncio.Future[MappedFile] | None = None
         self._next_file_offset = -1
-        # Reads the files ahead of the writer into the page cache (see warm_ahead.py); with warming off,
-        # nothing does and the writer faults its pages in itself.
+        # Faults the pages ahead of the writer into its mapping on a thread (see warm_ahead.py); with warming
+        # off, nothing does and the writer faults its pages in itself.
         self.warm_ahead: CommitLogWarmAhead | None = (
             CommitLogWarmAhead(store.commit_log_warm_executor, self._file_after, self.files_ahead)
             if cfg.warmMapedFileEnable

@@ -89,11 +89,10 @@ class MessageStoreConfig(BaseModel):
     # (CREATE_MAPEDFILE_FAILED) instead of as SIGBUS on an mmap write. Consume queue files (one per
     # queue) stay sparse, as in Java.
     preallocateMappedFile: bool = True
-    # Java's key, our own cheaper mechanism (default on here): a thread reads the 32 MiB ahead of the
-    # commit log writer whenever the writer has used half of it or 10 s have passed, so the event loop's
-    # writes hit the page cache even after the kernel dropped idle pages, and reads the rest of the
-    # writer's file and the next one in whole while the broker is idle (see warm_ahead.py). Java writes
-    # zeros and mlocks instead.
+    # Java's key, our own cheaper mechanism (default on here): a thread faults the 32 MiB ahead of the
+    # commit log writer into its mapping (read-only: no disk writes) whenever the writer has used half of
+    # it or 10 s have passed, and the rest of the writer's file and the next one while the broker is idle,
+    # so the event loop's writes find their pages (see warm_ahead.py). Java writes zeros and mlocks instead.
     warmMapedFileEnable: bool = True
 
     @field_validator("deleteWhen", mode="before")

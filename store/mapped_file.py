@@ -153,13 +153,17 @@ class MappedFile:
         maps is what proactive reclaim drops first (on our benchmark VM 10-20% of it every 5 s), mapped
         pages it leaves alone. Re-populating pages already mapped is cheap: ~4 us per MiB."""
         madvise = _madvise()
-        if madvise is None or self._closed:
+        if madvise is None:
             return None
+        if self._closed:
+            return 0
         addr = self._addr
         if not addr:
             try:
                 c = ctypes.c_char.from_buffer(self.mm)
-            except (ValueError, TypeError, BufferError):
+            except TypeError:
+                return None  # a read-only mapping
+            except ValueError:
                 return 0  # closed meanwhile
             addr = self._addr = ctypes.addressof(c)
             del c  # the buffer export ends here: close_blocking can still unmap

@@ -207,7 +207,7 @@ class CommitLogWarmAhead:
 
     def start(self, last_file: Callable[[], MappedFile | None]) -> None:
         self._last_file = last_file
-        self._task = asyncio.get_running_loop().create_task(self._refresh_loop(last_file), name="WarmAhead")
+        self._task = asyncio.get_running_loop().create_task(self._refresh_loop(), name="WarmAhead")
 
     async def stop(self) -> None:
         """Stop refreshing and let a read in flight finish: the store closes the files next."""
@@ -220,7 +220,7 @@ class CommitLogWarmAhead:
             os.close(self._null_fd)
         self._null_fd = None
 
-    async def _refresh_loop(self, last_file: Callable[[], MappedFile | None]) -> None:
+    async def _refresh_loop(self) -> None:
         # Also what warms the window of an idle writer before its next put, not only after it.
         was_cpu, was = time.thread_time(), time.monotonic()  # this runs on the loop: its thread's CPU
         was_pos = -1
@@ -228,7 +228,7 @@ class CommitLogWarmAhead:
         while True:
             await asyncio.sleep(tick)
             cpu, now = time.thread_time(), time.monotonic()
-            mf = last_file()
+            mf = self._last_file() if self._last_file is not None else None
             pos = -1 if mf is None else mf.file_from_offset + mf.wrote_position
             # Idle: nothing written, little CPU used, and woken on time. A loop starved of the CPU (say by
             # a client on a 2-core host) also uses little, but wakes late: reading then would starve it more.

@@ -332,3 +332,18 @@ async def test_pages_it_reads_are_mapped_so_reclaim_of_unmapped_page_cache_leave
         assert not any(resident(mf.file_name, 20 * MiB + PAGE, 24 * MiB))
     finally:
         mf.close_blocking()
+
+
+def test_populate_says_what_it_cannot_do(tmp_path: Path) -> None:
+    """None (read into the page cache instead) for a mapping it cannot populate; 0, not None, for a file
+    closed meanwhile: that is no reason to stop populating the next one."""
+    mf = cold_file(tmp_path, 0, MiB)
+    assert mf.populate_blocking(0, MiB) == MiB
+    fd = os.open(mf.file_name, os.O_RDONLY)
+    ro = MappedFile(mf.file_name, MiB, fd, mmap.mmap(fd, MiB, access=mmap.ACCESS_READ))
+    try:
+        assert ro.populate_blocking(0, MiB) is None
+    finally:
+        ro.close_blocking()
+    mf.close_blocking()
+    assert mf.populate_blocking(0, MiB) == 0
