@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from broker.processor.send_message_processor import SendMessageContext
 from remoting.body import TopicConfig
 from remoting.codes import RequestCode, ResponseCode
@@ -203,40 +205,25 @@ async def test_pull_for_unknown_group_with_auto_create_off(tmp_path: Path) -> No
         assert h.controller.consumer_offset_manager.offset_table == {}
 
 
-async def test_long_poll_is_answered_by_arrival(broker: BrokerHarness) -> None:
+@pytest.mark.parametrize("before", [[b"first"], [b"a", b"b", b"c"]], ids=["one record before", "records before"])
+async def test_long_poll_is_answered_by_arrival(broker: BrokerHarness, before: list[bytes]) -> None:
+    """Also on a queue whose records went by while nothing was held on it: the store keeps, per queue,
+    whether a listener wants its records, and the hold service tells it when a pull is held."""
     h = broker
-    await h.call(send_v1("LP", b"first", queue_id=0))
-    await dispatched(h)
-    fut = await h.client.invoke_future(h.addr, pull("LP", 0, 1, suspend_ms=10000), 15000)
+    for body in before:  # one at a time: each dispatched before the next
+        await h.call(send_v1("LP", body, queue_id=0))
+        await dispatched(h)
+    fut = await h.client.invoke_future(h.addr, pull("LP", 0, len(before), suspend_ms=10000), 15000)
     await asyncio.sleep(0.1)
     assert not fut.done() and h.controller.pull_request_hold_service.held == 1
     t0 = time.monotonic()
-    await h.call(send_v1("LP", b"second", queue_id=0))
+    await h.call(send_v1("LP", b"next", queue_id=0))
     p = await asyncio.wait_for(fut, 5)
     elapsed_ms = (time.monotonic() - t0) * 1000
     assert p.code == ResponseCode.SUCCESS
-    assert [m.body for m in decode_messages(p.body)] == [b"second"]
+    assert [m.body for m in decode_messages(p.body)] == [b"next"]
     assert elapsed_ms < 1000, elapsed_ms  # event-driven, not the 5 s re-check
     assert h.controller.pull_request_hold_service.held == 0
-
-
-async def test_long_poll_on_a_queue_already_dispatched_to_is_answered_by_arrival(broker: BrokerHarness) -> None:
-    """The store keeps, per queue, whether a listener wants its records; a pull held after the queue's
-    records went by unwanted must still hear of the next one (the hold service tells the store)."""
-    h = broker
-    for body in (b"a", b"b", b"c"):  # records dispatched while nothing is held on the queue
-        await h.call(send_v1("LPQ", body, queue_id=0))
-        await dispatched(h)
-    fut = await h.client.invoke_future(h.addr, pull("LPQ", 0, 3, suspend_ms=10000), 15000)
-    await asyncio.sleep(0.1)
-    assert not fut.done() and h.controller.pull_request_hold_service.held == 1
-    t0 = time.monotonic()
-    await h.call(send_v1("LPQ", b"d", queue_id=0))
-    p = await asyncio.wait_for(fut, 5)
-    elapsed_ms = (time.monotonic() - t0) * 1000
-    assert p.code == ResponseCode.SUCCESS
-    assert [m.body for m in decode_messages(p.body)] == [b"d"]
-    assert elapsed_ms < 1000, elapsed_ms  # event-driven, not the 5 s re-check
 
 
 async def test_held_pull_ignores_other_tags_then_times_out(broker: BrokerHarness) -> None:
