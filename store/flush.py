@@ -21,7 +21,7 @@ import structlog
 from remoting.loop import cancel_and_wait
 
 from .aio_fsync import AioFsync
-from .mapped_file import MappedFile
+from .mapped_file import MappedFile, syncfs_blocking
 
 if TYPE_CHECKING:
     from .consume_queue import ConsumeQueue
@@ -357,6 +357,13 @@ class GroupCommitService(FlushCommitLogService):
         self._requests = []
 
 
+# A flush round with at least this many consume queue files (or new queue directories) to sync makes them
+# durable with one syncfs of their filesystem, not an fdatasync each: with 1 000 topics x 4 queues a
+# thorough round (every 60 s, every queue with anything unflushed) was 4 000 fdatasyncs, each its own
+# journal commit: 0.7-0.8 s of CPU in a burst, against 35-70 ms for one syncfs.
+SYNCFS_MIN_FILES = 64
+
+
 class FlushConsumeQueueService:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
@@ -419,13 +426,21 @@ class FlushConsumeQueueService:
                 idx_targets = [t for t in idx_targets if [t[0]] != live]
         if cq_targets or idx_targets or dir_targets:
 
+            cq_root = store.message_store_config.store_path_consume_queue()
+
             def work() -> None:
-                # Names first: the checkpoint written after this round must not claim a unit whose
-                # file could vanish in a crash.
-                for dmfq, _n in dir_targets:
-                    dmfq.sync_dir_blocking()
-                for _mfq, mf, _wp in cq_targets:
-                    mf.fsync_blocking()
+                if (
+                    len(cq_targets) + len(dir_targets) < SYNCFS_MIN_FILES
+                    or not _on_one_filesystem(cq_root, cq_targets, dir_targets)
+                    or not syncfs_blocking(cq_root)
+                ):
+                    # Names first: the checkpoint written after this round must not claim a unit whose
+                    # file could vanish in a crash.
+                    for dmfq, _n in dir_targets:
+                        dmfq.sync_dir_blocking()
+                    for _mfq, mf, _wp in cq_targets:
+                        mf.fsync_blocking()
+                # (Each: after a syncfs of the same filesystem little or nothing is left to write.)
                 for f, _count, _ts in idx_targets:
                     f.fsync_blocking()
 
@@ -457,3 +472,16 @@ def _cq_flush_targets(
         return []
     mf, wp = target
     return [(mfq, mf, wp)]
+
+
+def _on_one_filesystem(
+    root: str, cq_targets: list[tuple[MappedFileQueue, MappedFile, int]], dir_targets: list[tuple[MappedFileQueue, int]]
+) -> bool:
+    """Are all these files and directories on the filesystem of `root` (so one syncfs there covers them)?"""
+    try:
+        dev = os.stat(root).st_dev
+        return all(os.fstat(mf.fd).st_dev == dev for _mfq, mf, _wp in cq_targets) and all(
+            os.stat(dmfq.store_path).st_dev == dev for dmfq, _n in dir_targets
+        )
+    except OSError:  # a file closed meanwhile, a directory gone: the file-by-file way
+        return False

@@ -309,7 +309,28 @@ def _libc() -> SimpleNamespace | None:
     mmap_.restype = ctypes.c_void_p
     munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     munmap.restype = ctypes.c_int
-    return SimpleNamespace(madvise=madvise, mmap=mmap_, munmap=munmap)
+    syncfs = getattr(libc, "syncfs", None)  # glibc 2.14+
+    if syncfs is not None:
+        syncfs.argtypes = [ctypes.c_int]
+        syncfs.restype = ctypes.c_int
+    return SimpleNamespace(madvise=madvise, mmap=mmap_, munmap=munmap, syncfs=syncfs)
+
+
+def syncfs_blocking(path: str) -> bool:
+    """syncfs(2) on the filesystem holding `path`: every file's dirty data and metadata there made durable
+    with one journal commit. False where it cannot be done, or failed (the caller then syncs file by file,
+    which also names the file that failed); Linux 5.8+ reports writeback errors through it."""
+    lib = _libc()
+    if lib is None or lib.syncfs is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        return bool(lib.syncfs(fd) == 0)
+    finally:
+        os.close(fd)
 
 
 def no_read_around(mm: mmap.mmap) -> None:
