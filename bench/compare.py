@@ -337,7 +337,7 @@ def target_text(w: str, summary: dict[str, dict[str, dict[str, Any]]], a: argpar
     me = summary.get(w, {}).get("this", {})
     if kind == "rate":
         v = me.get("msgs_s")
-        return f">= {t:,} msg/s", "?" if v is None else ("met" if v >= t else f"NOT met ({v / t:.0%})")
+        return f">= {t:,} msg/s", "?" if v is None else ("met" if v >= t else f"NOT met ({v / t:.1%})")
     if kind == "lat":
         p50, p99 = t
         text = (f"p50 <= {p50} ms, " if p50 else "") + f"p99 <= {p99} ms"
@@ -353,7 +353,7 @@ def target_text(w: str, summary: dict[str, dict[str, dict[str, Any]]], a: argpar
     if ratio is None:
         return f">= {t:.0%} of 1 topic", "?"
     return f">= {t:.0%} of 1 topic", ("met" if ratio >= t else "NOT met") + (
-        f" ({ratio:.0%} of {me.get('single_msgs_s', 0):,.0f} msg/s to 1 topic, same runs; broker CPU "
+        f" ({ratio:.1%} of {me.get('single_msgs_s', 0):,.0f} msg/s to 1 topic, same runs; broker CPU "
         f"{me.get('many_broker_cpu_us', '?')} vs {me.get('single_broker_cpu_us', '?')} us/msg)")
 
 
