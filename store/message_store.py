@@ -143,8 +143,8 @@ class DefaultMessageStore:
         self.running_flags = RunningFlags()
         self.store_stats_service = StoreStatsService()
         self.store_checkpoint = StoreCheckpoint(config.store_checkpoint_path())
-        # The window just ahead of the CommitLog writer (warm_ahead.py) is read on a thread of its own: its
-        # reads must not wait behind a whole next file being read in on store-cl-alloc.
+        # The CommitLog's pages ahead of the writer (warm_ahead.py) are read on a thread of their own: the
+        # window's reads must not wait behind a file being made on store-cl-alloc, nor that behind them.
         self.commit_log_warm_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-cl-warm")
         self.commit_log = CommitLog(self)
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
@@ -169,7 +169,7 @@ class DefaultMessageStore:
         # Separate threads: a slow fsync must not hold up creating the next file (and vice versa).
         self.flush_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush")
         self.alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-alloc")
-        # CommitLog files (1 GiB, fallocated and read into the page cache ahead of use: ~1-2 s) get a
+        # CommitLog files (1 GiB, fallocated ahead of use; they used to be read in here too, ~1-2 s) get a
         # thread of their own, so consume queue and index files that the dispatcher waits for never
         # queue behind one (a first start stalled dispatch, and so delivery, for ~2 s).
         self.commit_log_alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-cl-alloc")

@@ -24,8 +24,9 @@ the middle of one costs only the window.
 
 A read is one madvise(MADV_POPULATE_READ) of the range in a read-only mapping of the file kept for this
 (MappedFile.populate_blocking), on the thread, GIL released. It faults the pages in, so they are mapped,
-and mapped pages are what that proactive reclaim leaves alone: unmapped page cache read in went at 10-20% every 5 s there, so a
-read only into the page cache was mostly gone again by the time a writer at 10 MB/s got to it. Pages
+and mapped pages are what that proactive reclaim leaves alone: unmapped page cache read in went at
+10-20% every 5 s there, so a read only into the page cache was mostly gone again by the time a writer
+at 10 MB/s got to it. Pages
 already mapped cost ~4 us per MiB. Where the kernel cannot (not Linux 5.14+), sendfile to /dev/null reads
 the pages into the page cache instead (~0.2 ms per cached 16 MiB), or preadv where sendfile cannot.
 Nothing is dirtied, so no extra disk writes (unlike Java's warmMappedFile, which writes zeros and mlocks
