@@ -11,6 +11,7 @@ append landing between building the copy and the swap would be lost.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -24,8 +25,11 @@ class MappedFileQueue:
     def __init__(
         self, store_path: str, mapped_file_size: int, *, preallocate: bool = True,
         random_access: bool = False, defer_dir_sync: bool = False,
+        on_last_file: Callable[[MappedFile | None], None] | None = None,
     ) -> None:
         self.store_path = store_path
+        # Told the last file (None: no file) whenever it changes, for an owner that keeps it at hand.
+        self.on_last_file = on_last_file
         # defer_dir_sync: a created file's directory entry is made durable by the next flush round
         # (sync_dir_blocking, before the checkpoint claims any unit in it) instead of at creation. The
         # allocation thread counts creations, the flusher records what it synced: one writer each.
@@ -62,6 +66,7 @@ class MappedFileQueue:
             mf.flushed_position = self.mapped_file_size
             self.mapped_files.append(mf)
             log.debug("mapped_file_loaded", file=mf.file_name)
+        self._last_file_changed()
 
     def create_file_blocking(self, start_offset: int) -> MappedFile:
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
@@ -89,6 +94,11 @@ class MappedFileQueue:
         if not self.mapped_files:
             mf.first_create_in_queue = True
         self.mapped_files.append(mf)
+        self._last_file_changed()
+
+    def _last_file_changed(self) -> None:
+        if self.on_last_file is not None:
+            self.on_last_file(self.mapped_files[-1] if self.mapped_files else None)
 
     def get_last_mapped_file_blocking(
         self, start_offset: int = 0, need_create: bool = True
@@ -203,19 +213,23 @@ class MappedFileQueue:
             else:
                 keep.append(mf)
         self.mapped_files = keep
+        self._last_file_changed()
 
     def delete_last_mapped_file_blocking(self) -> None:
         if self.mapped_files:
             mf = self.mapped_files.pop()
+            self._last_file_changed()
             mf.destroy_blocking()
 
     def reset_offset_positions(self, offset: int) -> None:
         self.flushed_where = offset
 
     def destroy_blocking(self) -> None:
-        for mf in self.mapped_files:
-            mf.destroy_blocking()
+        files = self.mapped_files
         self.mapped_files = []
+        self._last_file_changed()  # before any file is gone: an owner never holds a destroyed one
+        for mf in files:
+            mf.destroy_blocking()
         self.flushed_where = 0
         try:
             os.rmdir(self.store_path)
@@ -229,6 +243,7 @@ class MappedFileQueue:
     def remove_first_files(self, files: list[MappedFile]) -> None:
         """Drop files (already chosen for deletion) from the head of the list (loop thread)."""
         remove_in_place(self.mapped_files, files)
+        self._last_file_changed()
 
 
 def remove_in_place(files: list[Any], victims: list[Any]) -> None:

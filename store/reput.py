@@ -47,7 +47,6 @@ _KEY_SEP = MessageConst.KEY_SEPARATOR
 _PROP_KEYS = MessageConst.PROPERTY_KEYS
 _PROP_UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _MAX_PENDING = 500_000
-_MAX_WANTED = 65_536  # consume queues whose wanted listeners are remembered (stale ones: deleted topics)
 _BATCH = 4096  # records per slice of loop time
 _CREATE_AHEAD = 512  # pending records looked at for other queues needing a file in the same thread trip
 
@@ -81,7 +80,11 @@ class ReputMessageService:
         # queue's first record and kept until the store says a filter's answer may have changed
         # (forget_wanted). With many queues each record is most often its queue's only one in a stretch of
         # dispatching: asking (or calling every listener) per stretch cost ~0.6 us a record at 1 000 topics.
-        self._wanted: dict[Any, tuple[Any, ...]] = {}
+        # Kept on the queue itself (ConsumeQueue.wanted_listeners, valid while its wanted_epoch is this
+        # epoch), as one shared tuple per distinct answer: a dict keyed by queue and a tuple per queue were
+        # two more cold cache lines a record at 1 000 topics.
+        self._wanted_epoch = object()
+        self._wanted_sets: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.shutdown_dispatch_timeout = SHUTDOWN_DISPATCH_TIMEOUT_S
 
     # ------------------------------------------------------------------------------ feed
@@ -237,12 +240,13 @@ class ReputMessageService:
     def forget_wanted(self, topic: str | None = None, queue_id: int = 0) -> None:
         """Ask the listeners' run filters again for this queue's next record (all queues: topic None)."""
         if topic is None:
-            self._wanted.clear()
+            self._wanted_epoch = object()
+            self._wanted_sets.clear()
             return
         qmap = self.store.consume_queue_table.get(topic)
         cq = qmap.get(queue_id) if qmap is not None else None
         if cq is not None:
-            self._wanted.pop(cq, None)
+            cq.wanted_epoch = None
 
     async def do_reput(self, budget: int, *, notify: bool) -> int:
         """Dispatch up to `budget` records; awaits only to create a consume queue / index file.
@@ -257,9 +261,7 @@ class ReputMessageService:
         key_hash = idx.key_hasher.hash_unsigned if idx is not None else None
         listeners = store.arrival_listeners if notify else ()
         filters = store.arrival_run_filters
-        wanting = self._wanted
-        if len(wanting) > _MAX_WANTED:
-            wanting.clear()
+        wanted_sets = self._wanted_sets
         cq_table = store.consume_queue_table
         # Deleted topics' records not to build into a queue (store.deleted_topic_offsets): empty, so falsy,
         # but for the moments after a delete that found dispatch behind.
@@ -317,8 +319,8 @@ class ReputMessageService:
                             cq = store.find_consume_queue(topic, qid)
                         last_topic = topic
                         last_qid = qid
-                    files = cq.mapped_file_queue.mapped_files
-                    if not files or files[-1].wrote_position >= files[-1].file_size:
+                    cq_mf = cq.tail_file
+                    if cq_mf is None or cq_mf.wrote_position >= cq_mf.file_size:
                         if g_phys:
                             _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
@@ -329,9 +331,8 @@ class ReputMessageService:
                             # destroyed. This record again (read from the log), now without a queue.
                             cq = None
                             continue
-                        files = cq.mapped_file_queue.mapped_files
-                    cq_mf = files[-1]
-                    wp = cq_mf.wrote_position
+                        cq_mf = cq.tail_file
+                    wp = cq_mf.wrote_position  # type: ignore[union-attr]
                     if cq.max_physic_offset <= phy and cq_mf.file_from_offset + wp == qo * 20 and qo:
                         # Fast path: the next unit in order (the general method handles replays, gaps
                         # and the first unit of a queue).
@@ -380,16 +381,20 @@ class ReputMessageService:
                             f = idx.index_file_list[-1]
                         _index_record(idx, f, key_hash, topic, phy, store_ts, sys_flag, keys, uniq, tran)  # type: ignore[arg-type]
                 if consumable and listeners:
-                    cbs = wanting.get(cq)
-                    if cbs is None:
+                    # (The epoch is read per record: forget_wanted may run while this awaits.)
+                    if cq is not None and cq.wanted_epoch is self._wanted_epoch:
+                        cbs = cq.wanted_listeners
+                    else:
                         wants = []
                         for cb in listeners:
                             wanted = filters.get(cb)
                             if wanted is None or wanted(topic, qid):
                                 wants.append(cb)
                         cbs = tuple(wants)
+                        cbs = wanted_sets.setdefault(cbs, cbs)
                         if cq is not None:  # None after an index roll (looked up again next record)
-                            wanting[cq] = cbs
+                            cq.wanted_listeners = cbs
+                            cq.wanted_epoch = self._wanted_epoch
                     for cb in cbs:
                         try:
                             cb(topic, qid, qo + 1, tags_code, store_ts, props)

@@ -179,6 +179,30 @@ async def test_run_filter_gates_batches_and_single_records(make_store: Callable[
     assert store.arrival_run_filters == {}
 
 
+async def test_a_listener_added_later_hears_queues_whose_answer_was_kept(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """The kept answers (on each queue) belong to the set of listeners they were asked of: adding or
+    removing a listener makes every queue ask again."""
+    store = make_store()
+    await store.start()
+    first: list[int] = []
+    later: list[int] = []
+    store.add_arrival_listener(lambda topic, qid, after, tc, ts, props: first.append(qid), lambda t, q: q == 1)
+    await store.put_many([[make_msg(topic="TopicTest", queue_id=q)] for q in (0, 1)])
+    assert await store.wait_dispatched(5)
+    assert first == [1]
+    store.add_arrival_listener(lambda topic, qid, after, tc, ts, props: later.append(qid))
+    await store.put_many([[make_msg(topic="TopicTest", queue_id=q)] for q in (0, 1)])
+    assert await store.wait_dispatched(5)
+    assert first == [1, 1] and later == [0, 1]
+    store.remove_arrival_listener(store.arrival_listeners[1])
+    await store.put_many([[make_msg(topic="TopicTest", queue_id=q)] for q in (0, 1)])
+    assert await store.wait_dispatched(5)
+    assert first == [1, 1, 1] and later == [0, 1]
+    await store.shutdown()
+
+
 async def test_run_filter_answers_stay_with_their_queue_across_index_rolls(
     make_store: Callable[..., DefaultMessageStore],
 ) -> None:

@@ -93,6 +93,42 @@ def test_queue_rolls_finds_and_truncates(tmp_path: Path) -> None:
     assert not (tmp_path / "q").exists()
 
 
+def test_consume_queue_tail_file_follows_its_last_file(tmp_path: Path) -> None:
+    """The dispatcher appends to ConsumeQueue.tail_file: it must be the queue's last file after every
+    change to the list (create, load, truncate, delete the last, remove head files, destroy)."""
+    from store.consume_queue import ConsumeQueue
+
+    def tail_is_last(cq: ConsumeQueue) -> bool:
+        files = cq.mapped_file_queue.mapped_files
+        return cq.tail_file is (files[-1] if files else None)
+
+    cq = ConsumeQueue("T", 0, str(tmp_path), 40)
+    mfq = cq.mapped_file_queue
+    assert cq.tail_file is None
+    for _ in range(3):
+        mf = mfq.get_last_mapped_file_blocking()
+        assert mf is not None and cq.tail_file is mf and tail_is_last(cq)
+        mf.append(b"u" * 40)
+    assert [mf.file_from_offset for mf in mfq.mapped_files] == [0, 40, 80]
+    mfq.truncate_dirty_files_blocking(60)
+    assert cq.tail_file is not None and cq.tail_file.file_from_offset == 40 and tail_is_last(cq)
+    mfq.delete_last_mapped_file_blocking()
+    assert cq.tail_file is not None and cq.tail_file.file_from_offset == 0 and tail_is_last(cq)
+    mfq.close_blocking()
+
+    loaded = ConsumeQueue("T", 0, str(tmp_path), 40)
+    loaded.load_blocking()
+    assert loaded.tail_file is not None and loaded.tail_file.file_from_offset == 0 and tail_is_last(loaded)
+    head = loaded.mapped_file_queue.mapped_files[0]
+    loaded.mapped_file_queue.remove_first_files([head])
+    assert loaded.tail_file is None and tail_is_last(loaded)
+    head.destroy_blocking()
+    again = loaded.mapped_file_queue.get_last_mapped_file_blocking(80)
+    assert again is not None and loaded.tail_file is again
+    loaded.mapped_file_queue.destroy_blocking()
+    assert loaded.tail_file is None and tail_is_last(loaded)
+
+
 def test_queue_load_rejects_wrong_size(tmp_path: Path) -> None:
     d = tmp_path / "q"
     d.mkdir()
