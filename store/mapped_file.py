@@ -347,6 +347,21 @@ def no_read_around(mm: mmap.mmap) -> None:
             pass
 
 
+def map_in_huge_pages(mm: mmap.mmap) -> None:
+    """MADV_HUGEPAGE: where the filesystem caches the file in large folios (ext4 and xfs on Linux 6.16+),
+    the kernel maps each 2 MiB-aligned stretch with one page-table entry, so random access over it stops
+    missing the TLB. For IndexFiles: their 20 MB hash slot table is read and written at random, and with
+    4 KiB entries nearly every slot access also walked the page tables (1 000 topics: ~0.4 us a record).
+    The price is page cache in 2 MiB units: fine for an index file, whose slot table is all touched under
+    load anyway, not for 4 000 ConsumeQueue tails. A no-op where the kernel or filesystem cannot."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            mm.madvise(advice)
+        except OSError:  # an advisory hint: never a reason to fail a file
+            pass
+
+
 def fsync_dir(d: str) -> None:
     try:
         dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -198,6 +199,8 @@ def test_consume_queue_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
     try:
         assert "rr" in _vm_flags(mf.file_name)
         assert "rr" not in _vm_flags(lf.file_name)
+        # Not in huge pages: 4 000 queues would hold a 2 MiB stretch of page cache each (8 GB).
+        assert "hg" not in _vm_flags(mf.file_name)
     finally:
         mf.close_blocking()
         lf.close_blocking()
@@ -214,18 +217,22 @@ def test_consume_queue_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
 def test_index_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
     """IndexFile maps (created or loaded) are advised random too: hash slots are written at random and
     entries 20 bytes at a time, on the event loop, and a fault there must not zero-fill the read-ahead
-    window (8 MiB on some hosts) of the sparse file around the page."""
+    window (8 MiB on some hosts) of the sparse file around the page. They are advised huge pages as
+    well (store.mapped_file.map_in_huge_pages): the slot table is accessed at random."""
     from store.index_service import IndexFile
 
     path = str(tmp_path / "index" / "20261123000000000")
     f = IndexFile.create_blocking(path, 64, 256, 0, 0)
+    hugepage = hasattr(mmap, "MADV_HUGEPAGE")
     try:
-        assert "rr" in _vm_flags(path)
+        flags = _vm_flags(path)
+        assert "rr" in flags and ("hg" in flags) == hugepage
     finally:
         f.close_blocking()
     loaded = IndexFile.open_blocking(path, 64, 256)
     try:
-        assert "rr" in _vm_flags(path)
+        flags = _vm_flags(path)
+        assert "rr" in flags and ("hg" in flags) == hugepage
     finally:
         loaded.close_blocking()
 
