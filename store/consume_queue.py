@@ -27,13 +27,19 @@ class ConsumeQueue:
     def __init__(
         self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, *, preallocate: bool = True
     ):
-        self.topic = topic
-        self.queue_id = queue_id
-        self.mapped_file_size = mapped_file_size
+        # Set first, so that they lead the instance's value array: what dispatch reads of a queue.
         # The queue's last file (the one dispatch appends to), kept by the MappedFileQueue: the dispatcher
         # reads it here instead of through the queue object and its list, two cold cache lines a record
         # when records go round 4 000 queues.
         self.tail_file: MappedFile | None = None
+        self.max_physic_offset = -1  # commitlog offset + size of the last unit written
+        # ReputMessageService's memo of the arrival listeners that want this queue's records, valid while
+        # wanted_epoch is the service's current epoch (see ReputMessageService.forget_wanted).
+        self.wanted_epoch: object | None = None
+        self.wanted_listeners: tuple[Callable[..., None], ...] = ()
+        self.topic = topic
+        self.queue_id = queue_id
+        self.mapped_file_size = mapped_file_size
         self.mapped_file_queue = MappedFileQueue(
             os.path.join(store_path, topic, str(queue_id)), mapped_file_size, preallocate=preallocate,
             random_access=True,  # see mapped_file.no_read_around
@@ -43,12 +49,7 @@ class ConsumeQueue:
             defer_dir_sync=True,
             on_last_file=self._set_tail_file,
         )
-        self.max_physic_offset = -1  # commitlog offset + size of the last unit written
         self.min_logic_offset = 0  # byte offset of the first live unit
-        # ReputMessageService's memo of the arrival listeners that want this queue's records, valid while
-        # wanted_epoch is the service's current epoch (see ReputMessageService.forget_wanted).
-        self.wanted_epoch: object | None = None
-        self.wanted_listeners: tuple[Callable[..., None], ...] = ()
 
     def _set_tail_file(self, mf: MappedFile | None) -> None:
         self.tail_file = mf
