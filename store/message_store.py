@@ -15,6 +15,7 @@ import itertools
 import operator
 import os
 import struct
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -251,6 +252,10 @@ class DefaultMessageStore:
             tdir = os.path.join(root, topic)
             if not os.path.isdir(tdir):
                 continue
+            # The same str object as the topic of every send that decodes it (remoting.codec interns the
+            # constant header values): a dict lookup then matches by identity, with no compare against a
+            # cold key string.
+            topic = sys.intern(topic)
             for qid_s in os.listdir(tdir):
                 try:
                     qid = int(qid_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -109,6 +110,10 @@ def test_topics_persist_and_load(tmp_path: Path) -> None:
     assert b.topic_config_table["Orders"].order is True
     assert b.topic_config_table["%RETRY%g1"].write_queue_nums == 1
     assert b.data_version.counter == a.data_version.counter
+    # Keys are interned names, loaded or made (a decoded send's topic is interned: identity matches).
+    a.update_topic_config(TopicConfig(topic_name="".join(["Run", "Time"]), read_queue_nums=1, write_queue_nums=1))
+    for tcm, name in ((b, "Orders"), (b, "%RETRY%g1"), (a, "RunTime")):
+        assert next(k for k in tcm.topic_config_table if k == name) is sys.intern("".join([name[:2], name[2:]]))
     assert b.delete_topic_config("Orders") and not b.delete_topic_config("Orders")
 
 

@@ -4,6 +4,8 @@ send header decoded from it equals decode_send_header_v2's."""
 
 from __future__ import annotations
 
+import sys
+
 import msgpack
 import pytest
 
@@ -65,6 +67,22 @@ def test_shortcut_across_reads_and_for_many_frames() -> None:
     assert got == [generic(f) for f in frames]
     assert all(c.send_fixed is not None for c in got)
     assert [send_header_v2_of(c.ext_fields, c.send_fixed).queue_id for c in got] == [i % 4 for i in range(40)]
+
+
+def test_constant_values_are_one_object_per_value() -> None:
+    """The constant header values of different SendFixed entries (one producer's queues) are the same
+    interned objects: a send's topic matches the topic tables' interned keys by identity, and a command's
+    copy of the template increfs shared objects, not each entry's own (cold, with 4 000 queues)."""
+    topic = "".join(["Interned", "Topic"])  # built at run time: not a constant the compiler interned
+    frames = [producer_frame(310, i, "1763800000123", "", b"b", {**FIELDS, "b": topic, "e": str(i)})
+              for i in range(4)]
+    cmds = FrameDecoder().feed(b"".join(frames))
+    fixed = {id(c.send_fixed) for c in cmds}
+    assert len(fixed) == 4  # one per queue
+    assert all(c.ext_fields["b"] is sys.intern(topic) for c in cmds)
+    assert all(c.ext_fields["a"] is cmds[0].ext_fields["a"] and c.ext_fields["k"] is cmds[0].ext_fields["k"]
+               for c in cmds)
+    assert send_header_v2_of(cmds[3].ext_fields, cmds[3].send_fixed).topic is sys.intern(topic)
 
 
 def test_other_shapes_take_the_generic_decoder() -> None:

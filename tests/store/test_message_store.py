@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -367,6 +368,8 @@ async def test_clean_restart_trusts_checkpoint(
     s2 = make_store(root)
     await s2.start()
     assert s2.last_exit_ok
+    # Loaded queues are keyed by interned topic names (what a decoded send's topic is: identity matches).
+    assert next(t for t in s2.consume_queue_table if t == "TopicTest") is sys.intern("".join(["Topic", "Test"]))
     assert s2.get_commit_log_max_offset() == max_phy
     assert [s2.get_max_offset_in_queue("TopicTest", q) for q in range(3)] == [10, 10, 10]
     r = await s2.put_message(make_msg(body=b"after", queue_id=1))
