@@ -259,7 +259,7 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
             except ValueError:
                 pass  # the full decoder names the bad field
             else:
-                return _H_SEND(c[0], c[1], c[2], c[3], c[4], c[5], born, c[6], i, c[7], c[8], c[9], c[10])
+                return send_header_from_memo(c, born, i)
         return _decode_send_header_v2(ext)
     h = _decode_send_header_v2(ext)
     for n, v in enumerate(key):
@@ -267,8 +267,8 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
             return h
     if len(_send_v2_memo) >= _SEND_V2_MEMO_MAX:
         _send_v2_memo.clear()
-    _send_v2_memo[key] = (h.producer_group, h.topic, h.default_topic, h.default_topic_queue_nums, h.queue_id,
-                          h.sys_flag, h.flag, h.reconsume_times, h.unit_mode, h.batch, h.max_reconsume_times)
+    _send_v2_memo[key] = (h.topic, h.queue_id, h.sys_flag, h.flag, h.reconsume_times, h.producer_group,
+                          h.default_topic, h.default_topic_queue_nums, h.unit_mode, h.batch, h.max_reconsume_times)
     return h
 
 
@@ -299,23 +299,27 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
         born = int(g)
     except ValueError:
         return decode_send_header_v2(ext)  # names the bad field
-    return _H_SEND(c[0], c[1], c[2], c[3], c[4], c[5], born, c[6], ext["i"], c[7], c[8], c[9], c[10])
+    return send_header_from_memo(c, born, ext["i"])
 
 
 # The memo tuple send_header_v2_of keeps in SendFixed.header: every field but born_timestamp (g) and
 # properties (i), in this order. A hot caller may read its fields by these indexes instead of building
-# the header, and build it with send_header_from_memo only when it needs one.
-SEND_MEMO_TOPIC = 1
-SEND_MEMO_QUEUE_ID = 4
-SEND_MEMO_SYS_FLAG = 5
-SEND_MEMO_FLAG = 6
-SEND_MEMO_RECONSUME_TIMES = 7
+# the header, and build it with send_header_from_memo only when it needs one. What the broker's send
+# path reads comes first: the tuple is cold with 4 000 queues, and the first five items share the cache
+# line of its header.
+SEND_MEMO_TOPIC = 0
+SEND_MEMO_QUEUE_ID = 1
+SEND_MEMO_SYS_FLAG = 2
+SEND_MEMO_FLAG = 3
+SEND_MEMO_RECONSUME_TIMES = 4
 SEND_MEMO_BATCH = 9
 
 
 def send_header_from_memo(c: tuple[Any, ...], born: int, properties: str) -> SendMessageRequestHeader:
     """The header send_header_v2_of gives for a memo tuple `c` (SendFixed.header), g and i."""
-    return _H_SEND(c[0], c[1], c[2], c[3], c[4], c[5], born, c[6], properties, c[7], c[8], c[9], c[10])
+    # _H_SEND's positional order: producer_group, topic, default_topic, default_topic_queue_nums, queue_id,
+    # sys_flag, born_timestamp, flag, properties, reconsume_times, unit_mode, batch, max_reconsume_times.
+    return _H_SEND(c[5], c[0], c[6], c[7], c[1], c[2], born, c[3], properties, c[4], c[8], c[9], c[10])
 
 
 def encode_send_header_v2(h: SendMessageRequestHeader) -> dict[str, str]:
