@@ -341,12 +341,7 @@ def no_read_around(mm: mmap.mmap) -> None:
     page is a fault; with read-ahead (8 MiB on this host's disk) each such fault paged in the whole 6 MB
     file, and 1 000 topics x 4 queues crossing a page together cost ~5 ms of kernel time per queue on
     the event loop (bench: 40 000 sends took 20 s). Where madvise is missing this is a no-op."""
-    advice = getattr(mmap, "MADV_RANDOM", None)
-    if advice is not None:
-        try:
-            mm.madvise(advice)
-        except OSError:  # an advisory hint: never a reason to fail a file
-            pass
+    _advise(mm, "MADV_RANDOM")
 
 
 def map_in_huge_pages(mm: mmap.mmap) -> None:
@@ -356,7 +351,11 @@ def map_in_huge_pages(mm: mmap.mmap) -> None:
     4 KiB entries nearly every slot access also walked the page tables (1 000 topics: ~0.4 us a record).
     The price is page cache in 2 MiB units: fine for an index file, whose slot table is all touched under
     load anyway, not for 4 000 ConsumeQueue tails. A no-op where the kernel or filesystem cannot."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    _advise(mm, "MADV_HUGEPAGE")
+
+
+def _advise(mm: mmap.mmap, name: str) -> None:
+    advice = getattr(mmap, name, None)  # missing off Linux
     if advice is not None:
         try:
             mm.madvise(advice)
