@@ -313,7 +313,7 @@ _PYTHON = LanguageCode.PYTHON
 # too). A command's copy of a template increfs each value, and a send's topic is a key in several
 # per-topic dicts: with a producer's 4 000 queues each SendFixed's own value objects were cold cache
 # lines on every send, and a topic key that was an equal but different object cost a string compare
-# against a cold one. (1 000 topics: broker CPU ~1 us a message less.)
+# against a cold one. (1 000 topics: broker CPU 0.2-1.0 us a message less in three A/Bs.)
 def _interned_values(ext: dict[str, Any]) -> dict[str, Any]:
     return {k: intern(v) if v.__class__ is str else v for k, v in ext.items()}
 
