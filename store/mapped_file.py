@@ -344,14 +344,16 @@ def no_read_around(mm: mmap.mmap) -> None:
     _advise(mm, "MADV_RANDOM")
 
 
-def map_in_huge_pages(mm: mmap.mmap) -> None:
+def map_in_huge_pages(mm: mmap.mmap, huge: bool = True) -> None:
     """MADV_HUGEPAGE: where the filesystem caches the file in large folios (ext4 and xfs on Linux 6.16+),
     the kernel maps each 2 MiB-aligned stretch with one page-table entry, so random access over it stops
-    missing the TLB. For IndexFiles: their 20 MB hash slot table is read and written at random, and with
-    4 KiB entries nearly every slot access also walked the page tables (1 000 topics: ~0.4 us a record).
-    The price is page cache in 2 MiB units: fine for an index file, whose slot table is all touched under
-    load anyway, not for 4 000 ConsumeQueue tails. A no-op where the kernel or filesystem cannot."""
-    _advise(mm, "MADV_HUGEPAGE")
+    missing the TLB. For the live IndexFile: its 20 MB hash slot table is read and written at random, and
+    with 4 KiB entries nearly every slot access also walked the page tables (1 000 topics: ~0.4 us a
+    record). The price is page cache in 2 MiB units, and a fault reading 2 MiB: fine for the live index
+    file, whose slot table is all touched under load anyway; not for an old one, where a key query's few
+    slots would each read 2 MiB from disk once evicted, nor for 4 000 ConsumeQueue tails.
+    huge=False (MADV_NOHUGEPAGE) takes it back for faults to come. A no-op where the kernel cannot."""
+    _advise(mm, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE")
 
 
 def _advise(mm: mmap.mmap, name: str) -> None:
@@ -359,7 +361,7 @@ def _advise(mm: mmap.mmap, name: str) -> None:
     if advice is not None:
         try:
             mm.madvise(advice)
-        except OSError:  # an advisory hint: never a reason to fail a file
+        except (OSError, ValueError):  # an advisory hint (ValueError: closed meanwhile): never a failure
             pass
 
 

@@ -226,15 +226,46 @@ def test_index_files_fault_one_page_at_a_time(tmp_path: Path) -> None:
     hugepage = hasattr(mmap, "MADV_HUGEPAGE")
     try:
         flags = _vm_flags(path)
-        assert "rr" in flags and ("hg" in flags) == hugepage
+        assert "rr" in flags and ("hg" in flags) == hugepage  # a new file is the live one
+        f.set_live(False)  # rolled past: a key query's cold slot must not read 2 MiB
+        flags = _vm_flags(path)
+        assert "hg" not in flags and ("nh" in flags) == hugepage
     finally:
         f.close_blocking()
     loaded = IndexFile.open_blocking(path, 64, 256)
     try:
         flags = _vm_flags(path)
-        assert "rr" in flags and ("hg" in flags) == hugepage
+        assert "rr" in flags and "hg" not in flags
     finally:
         loaded.close_blocking()
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists(),
+                    reason="needs Linux madvise(MADV_HUGEPAGE) and /proc")
+def test_only_the_live_index_file_is_in_huge_pages(tmp_path: Path) -> None:
+    """IndexService maps the file it writes in huge pages, the ones it has rolled past (or loaded
+    full) in 4 KiB pages: loaded, then rolled."""
+    from store.index_service import IndexService
+
+    d = str(tmp_path / "index")
+    svc = IndexService(d, 64, 256, 32)
+    svc.roll_blocking()
+    first = svc.index_file_list[0]
+    first.put_key_hash(12345, 1000, 1763800000000)  # an entry: the next roll makes a new file
+    first.commit_header()
+    for f in svc.index_file_list:
+        f.close_blocking()
+    again = IndexService(d, 64, 256, 32)
+    again.load_blocking()
+    try:
+        (loaded,) = again.index_file_list
+        assert "hg" in _vm_flags(loaded.file_name)  # it has room: the live one
+        again.roll_blocking()
+        old, live = again.index_file_list
+        assert "hg" not in _vm_flags(old.file_name) and "hg" in _vm_flags(live.file_name)
+    finally:
+        for f in again.index_file_list:
+            f.close_blocking()
 
 
 class _AppendedMeanwhile(list):  # type: ignore[type-arg]
