@@ -14,6 +14,7 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Callable
 from datetime import datetime
 from itertools import repeat
 
@@ -108,12 +109,13 @@ def _abs_signed(unsigned: list[int]) -> list[int]:
 class _TopicTerms(dict[str, int]):
     """topic -> java_hash_unsigned(topic + "#") * 31^n mod 2^32, computed on first use."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, topic_hash: Callable[[str], int]) -> None:
         super().__init__()
         self.scale = pow(31, n, 1 << 32)
+        self.topic_hash = topic_hash
 
     def __missing__(self, topic: str) -> int:
-        v = self[topic] = (java_hash_unsigned(topic + "#") * self.scale) & _MASK32
+        v = self[topic] = (self.topic_hash(topic) * self.scale) & _MASK32
         return v
 
 
@@ -131,12 +133,19 @@ class TopicKeyHasher:
         self._last_head: tuple[str, bytes, int] = ("", b"", 0)  # (topic, prefix, its hash * 31^4) of the last run
         self._terms: dict[int, _TopicTerms] = {}  # key length n -> topic -> hash("topic#") * 31^n mod 2^32
 
-    def hash_unsigned(self, topic: str, key: str) -> int:
+    def _topic_hash(self, topic: str) -> int:
+        """java_hash_unsigned(topic + "#"), cached per topic (hot callers try the cache inline first)."""
         hp = self._prefix.get(topic)
         if hp is None:
             if len(self._prefix) > _CACHE_LIMIT:
                 self._prefix.clear()
             hp = self._prefix[topic] = java_hash_unsigned(topic + "#")
+        return hp
+
+    def hash_unsigned(self, topic: str, key: str) -> int:
+        hp = self._prefix.get(topic)
+        if hp is None:
+            hp = self._topic_hash(topic)
         n = len(key)
         sc = self._scale.get(n)
         if sc is None:
@@ -179,7 +188,7 @@ class TopicKeyHasher:
                 if heads.count(head) == count:
                     terms = self._terms.get(n)
                     if terms is None or len(terms) > _CACHE_LIMIT:
-                        terms = self._terms[n] = _TopicTerms(n)
+                        terms = self._terms[n] = _TopicTerms(n, self._topic_hash)
                     base = (java_hash_unsigned(head.decode("ascii")) * _SUFFIX_SCALE) & _MASK32
                     ph, pl = _pair_tables()
                     # abs of the signed value (MIN_VALUE -> 0) in the same pass: as _abs_signed
@@ -238,9 +247,7 @@ class TopicKeyHasher:
                 return out
         hp = self._prefix.get(topic)
         if hp is None:
-            if len(self._prefix) > _CACHE_LIMIT:
-                self._prefix.clear()
-            hp = self._prefix[topic] = java_hash_unsigned(topic + "#")
+            hp = self._topic_hash(topic)
         if n > 64:
             return None
         sc = self._scale.get(n)

@@ -437,10 +437,9 @@ class ReputMessageService:
             cq = qmap.get(qid) if qmap is not None else None
             if cq is None or n > _MAX_CQ_RUN:
                 return 0
-            cq_files = cq.mapped_file_queue.mapped_files
-            if not cq_files:
+            cq_mf = cq.tail_file
+            if cq_mf is None:
                 return 0
-            cq_mf = cq_files[-1]
             wp = cq_mf.wrote_position
             if not (
                 qo0
@@ -477,15 +476,14 @@ class ReputMessageService:
             consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
             cq = store.find_consume_queue(topic, qid)
-            files = cq.mapped_file_queue.mapped_files
-            if not files or files[-1].wrote_position >= files[-1].file_size:
+            cq_mf = cq.tail_file
+            if cq_mf is None or cq_mf.wrote_position >= cq_mf.file_size:
                 await self._create_queue_files(cq, qo0)
-                files = cq.mapped_file_queue.mapped_files
+                cq_mf = cq.tail_file
                 # Deleted meanwhile: `cq` is out of the table, its files being destroyed.
                 consumable = not store.stored_before_delete(topic, first)
         if consumable:
-            cq_mf = files[-1]
-            wp = cq_mf.wrote_position
+            wp = cq_mf.wrote_position  # type: ignore[union-attr]
             if (
                 qo0
                 and cq.max_physic_offset <= first

@@ -185,8 +185,13 @@ class CommitLogWarmAhead:
             ):
                 self.read_idle_chunk()
 
-    def _writer_position(self) -> int:
-        mf = self._last_file() if self._last_file is not None else None
+    def _writer_file(self) -> MappedFile | None:
+        return self._last_file() if self._last_file is not None else None
+
+    def _writer_position(self, mf: MappedFile | None = None) -> int:
+        """The writer's commit log offset (of `mf`, the writer's file, when the caller has it); -1: none."""
+        if mf is None:
+            mf = self._writer_file()
         return -1 if mf is None else mf.file_from_offset + mf.wrote_position
 
     def _read_whole(self, mf: MappedFile, to: int) -> None:
@@ -229,8 +234,8 @@ class CommitLogWarmAhead:
         while True:
             await asyncio.sleep(tick)
             cpu, now = time.thread_time(), time.monotonic()
-            mf = self._last_file() if self._last_file is not None else None
-            pos = -1 if mf is None else mf.file_from_offset + mf.wrote_position
+            mf = self._writer_file()
+            pos = self._writer_position(mf)
             # Idle: nothing written, little CPU used, and woken on time. A loop starved of the CPU (say by
             # a client on a 2-core host) also uses little, but wakes late: reading then would starve it more.
             idle = pos == was_pos and cpu - was_cpu < (now - was) * IDLE_BUSY and now - was < tick * IDLE_LATE

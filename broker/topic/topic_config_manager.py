@@ -48,7 +48,7 @@ class TopicConfigManager(ConfigManager):
     def __init__(self, broker_config: BrokerConfig) -> None:
         super().__init__()
         self.broker_config = broker_config
-        # Keyed by interned names (sys.intern), the objects a send's decoded topic is (remoting.codec): a
+        # Keyed by interned names (_put_config), the objects a send's decoded topic is (remoting.codec): a
         # look-up matches by identity, without a compare against a cold key string (1 000 topics).
         self.topic_config_table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
@@ -63,9 +63,11 @@ class TopicConfigManager(ConfigManager):
     def _put_system(self, name: str, queues: int, perm: int = PermName.PERM_READ | PermName.PERM_WRITE) -> None:
         self.system_topics.add(name)
         self.send_views.pop(name, None)
-        self.topic_config_table[intern(name)] = TopicConfig(
-            topic_name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm
-        )
+        self._put_config(TopicConfig(topic_name=name, read_queue_nums=queues, write_queue_nums=queues, perm=perm))
+
+    def _put_config(self, tc: TopicConfig) -> None:
+        """Every config goes into the table under its interned name (see topic_config_table)."""
+        self.topic_config_table[intern(tc.topic_name)] = tc
 
     def _init_system_topics(self) -> None:
         bc = self.broker_config
@@ -176,7 +178,7 @@ class TopicConfigManager(ConfigManager):
 
     def update_topic_config(self, tc: TopicConfig) -> None:
         old = self.topic_config_table.get(tc.topic_name)
-        self.topic_config_table[intern(tc.topic_name)] = tc
+        self._put_config(tc)
         log.info("topic_config_updated" if old else "topic_created", topic=tc.topic_name,
                  read_queues=tc.read_queue_nums, write_queues=tc.write_queue_nums, perm=tc.perm)
         self._changed(tc.topic_name)
@@ -223,7 +225,7 @@ class TopicConfigManager(ConfigManager):
             topic_sys_flag=topic_sys_flag,
             topic_filter_type=template.topic_filter_type,
         )
-        self.topic_config_table[intern(topic)] = tc
+        self._put_config(tc)
         log.info("topic_auto_created", topic=topic, template=default_topic, queues=queue_nums, producer=remote_addr)
         self._changed(topic)
         return tc
@@ -242,7 +244,7 @@ class TopicConfigManager(ConfigManager):
             perm=perm,
             topic_sys_flag=topic_sys_flag,
         )
-        self.topic_config_table[intern(topic)] = tc
+        self._put_config(tc)
         log.info("topic_created", topic=topic, queues=client_default_topic_queue_nums, perm=perm)
         self._changed(topic)
         return tc
