@@ -278,14 +278,17 @@ def decode_msgpack_header(data: bytes | memoryview) -> RemotingCommand:
 class SendFixed:
     """The extFields entries every pipelined SEND of one producer, topic and queue share (all but the
     per-message g and i), decoded once per distinct byte string by FrameDecoder. `header` is free for
-    headers.send_header_v2_of to keep those fields decoded as a send header."""
+    headers.send_header_v2_of to keep those fields decoded as a send header, `queue_hint` for the
+    receiving server to keep what it found for the header's queue (which must tell whose it is: a process
+    may hold several servers, and this cache is the process's)."""
 
-    __slots__ = ("ext", "count", "header", "template")
+    __slots__ = ("ext", "count", "header", "queue_hint", "template")
 
     def __init__(self, ext: dict[str, Any], count: int) -> None:
         self.ext = ext  # shared by every command decoded with it: read only
         self.count = count  # map entries of the whole extFields (ext plus g and i)
         self.header: Any = None
+        self.queue_hint: Any = None
         # The whole extFields with g and i first (the wire order), for a command's own copy: dict.copy of
         # a dict sized for all its keys is one clone, where {"g": .., "i": .., **ext} inserts key by key
         # and resizes on the way.

@@ -642,7 +642,11 @@ class CommitLog:
                 props = m.properties
                 body = m.body
                 if ps and props and len(body) <= max_body:
-                    tp = topic_part if topic == last_topic else self._topic_part(topic)
+                    cq = m.consume_queue
+                    if cq is not None and cq.topic is topic:
+                        tp = cq.record_topic_part
+                    else:
+                        tp = topic_part if topic == last_topic else self._topic_part(topic)
                     if tp is not None:
                         topic_part = tp
                         last_topic = topic
@@ -903,7 +907,7 @@ class CommitLog:
             batch.store_timestamp = store_ts
             add_pending(
                 (base, file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, [size] * n,
-                 pb.tags_codes, batch.properties_list, _uniq_column(batch.properties_list[0], pieces, columns))
+                 pb.tags_codes, batch.properties_list, _uniq_column(batch.properties_list[0], pieces, columns), None)
             )
             return p, first_qo, phy_offsets
         sizes = pb.sizes
@@ -953,7 +957,7 @@ class CommitLog:
         # One dispatch run for the whole batch (see reput.DispatchRun), not a tuple per record.
         add_pending(
             (phy_offsets[0], file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, pb.sizes,
-             pb.tags_codes, batch.properties_list, None)
+             pb.tags_codes, batch.properties_list, None, None)
         )
         return p, first_qo, phy_offsets
 
@@ -1043,7 +1047,12 @@ class CommitLog:
                         m, size, layout, sys_flag, tail, crc, b_ip, s_ip, tags_code, props = items[0]
                         qid = m.queue_id
                         topic = m.topic
-                        key = f"{topic}-{qid}"
+                        cq = m.consume_queue
+                        if cq is not None and cq.topic is topic and cq.queue_id == qid:
+                            key = cq.queue_key  # (interned: its hash is kept, the table's key is this object)
+                        else:
+                            cq = None
+                            key = f"{topic}-{qid}"
                         q = table.get(key, 0)
                         if sys_flag & _TRAN_PREPARED:
                             qo = 0  # prepared / rollback: not consumable, no queue slot
@@ -1065,10 +1074,10 @@ class CommitLog:
                         m.store_timestamp = store_ts
                         if props:
                             add_pending((wrote_offset, size, topic, qid, qo, tags_code, store_ts,
-                                         props.get(_PROP_KEYS), props.get(_PROP_UNIQ), sys_flag, props))
+                                         props.get(_PROP_KEYS), props.get(_PROP_UNIQ), sys_flag, props, cq))
                         else:
                             add_pending((wrote_offset, size, topic, qid, qo, tags_code, store_ts, None, None, sys_flag,
-                                         props))
+                                         props, cq))
                         mf.wrote_position = wp + size
                         mf.store_timestamp = store_ts
                         committed = len(pending)
@@ -1146,11 +1155,12 @@ class CommitLog:
                                     props.get(_PROP_UNIQ),
                                     sys_flag,
                                     props,
+                                    None,
                                 )
                             )
                         else:
                             add_pending(
-                                (phy, size, cur_topic, qid, qo, tags_code, store_ts, None, None, sys_flag, props)
+                                (phy, size, cur_topic, qid, qo, tags_code, store_ts, None, None, sys_flag, props, None)
                             )
                         add_phy(phy)
                         p += size

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
+from sys import intern
 
 import structlog
+
+from remoting.message import MAX_TOPIC_LENGTH
 
 from .config import CQ_STORE_UNIT_SIZE
 from .mapped_file import MappedFile
@@ -27,7 +30,20 @@ class ConsumeQueue:
     def __init__(
         self, topic: str, queue_id: int, store_path: str, mapped_file_size: int, *, preallocate: bool = True
     ):
-        # Set first, so that they lead the instance's value array: what dispatch reads of a queue.
+        # Set first, so that they lead the instance's value array: what a put and dispatch read of a queue
+        # (with 1 000 topics every send finds the queue's object cold).
+        # Out of the store's table (its topic deleted, the store destroyed): a put or dispatch that holds
+        # this object from before (MessageExtBrokerInner.consume_queue) looks the queue up again.
+        self.removed = False
+        self.owner: object | None = None  # the store whose table holds it (set by the store)
+        self.topic = intern(topic)  # (a put matches its message's topic to it by identity)
+        self.queue_id = queue_id
+        # What a CommitLog put reads of the queue when the broker hands it this object with the message:
+        # the queue's key in CommitLog.topic_queue_table and the topic as a record stores it (length byte
+        # + UTF-8). With 1 000 topics each was a look-up in a per-topic dict, a cold cache line a send.
+        self.queue_key = intern(f"{topic}-{queue_id}")
+        tb = topic.encode("utf-8")
+        self.record_topic_part: bytes | None = bytes((len(tb),)) + tb if 0 < len(tb) <= MAX_TOPIC_LENGTH else None
         # The queue's last file (the one dispatch appends to), kept by the MappedFileQueue: the dispatcher
         # reads it here instead of through the queue object and its list, two cold cache lines a record
         # when records go round 4 000 queues.
@@ -37,8 +53,6 @@ class ConsumeQueue:
         # wanted_epoch is the service's current epoch (see ReputMessageService.forget_wanted).
         self.wanted_epoch: object | None = None
         self.wanted_listeners: tuple[Callable[..., None], ...] = ()
-        self.topic = topic
-        self.queue_id = queue_id
         self.mapped_file_size = mapped_file_size
         self.mapped_file_queue = MappedFileQueue(
             os.path.join(store_path, topic, str(queue_id)), mapped_file_size, preallocate=preallocate,

@@ -3,15 +3,18 @@
 The put path hands the reput service one tuple per record (DispatchRequest.as_tuple), or, for a batch,
 one run tuple for all its records (contiguous in the CommitLog, one topic/queue, consecutive queue
 offsets): (first_offset, end_offset, topic, queue_id, first_queue_offset, store_timestamp, sys_flag,
-offsets, sizes, tags_codes, properties_list, uniq_column) -- told apart by its length. uniq_column is
-what the put path knows of the index keys, so the dispatcher need not look at each record's properties:
-a list of each record's UNIQ_KEY as UTF-8 bytes, all of one length, when no record has KEYS (a batch of
-one shape with a UNIQ_KEY value column); None when the properties tell (anything else).
+offsets, sizes, tags_codes, properties_list, uniq_column, consume_queue) -- told apart by its length.
+uniq_column is what the put path knows of the index keys, so the dispatcher need not look at each record's
+properties: a list of each record's UNIQ_KEY as UTF-8 bytes, all of one length, when no record has KEYS (a
+batch of one shape with a UNIQ_KEY value column); None when the properties tell (anything else).
+Both forms end with the record's ConsumeQueue when the put path was handed it
+(MessageExtBrokerInner.consume_queue, checked against topic and queue id), else None: the dispatcher uses
+it while it is not `removed` instead of looking the queue up.
 """
 
 from __future__ import annotations
 
-RUN_LEN = 12
+RUN_LEN = 13
 
 
 class DispatchRequest:
@@ -77,6 +80,7 @@ class DispatchRequest:
             self.uniq_key,
             self.sys_flag,
             self.properties,
+            None,
         )
 
     @classmethod

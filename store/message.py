@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from remoting.message import MessageConst, MessagePropertyAccessors, encode_properties
 
@@ -24,6 +25,10 @@ class MessageExtBrokerInner(MessagePropertyAccessors):
     prepared_transaction_offset: int = 0
     store_timestamp: int = 0
     body_crc: int = -1  # -1: the store computes it
+    # The target queue's ConsumeQueue when the broker already holds it (a producer's memoized send): the
+    # put and the dispatcher then skip their per-topic look-ups. A hint only: used while it is this
+    # message's topic (the same str object) and queue id and still in the store's table.
+    consume_queue: Any = None
 
     def get_properties_string(self) -> str:
         ps = self.properties_string

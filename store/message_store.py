@@ -269,6 +269,7 @@ class DefaultMessageStore:
                     preallocate=False,  # sparse, see find_consume_queue
                 )
                 cq.load_blocking()
+                cq.owner = self
                 self.consume_queue_table.setdefault(topic, {})[qid] = cq
 
     def _recover_blocking(self, last_exit_ok: bool) -> None:
@@ -322,7 +323,7 @@ class DefaultMessageStore:
         min_phy = self.commit_log.get_min_offset()
         for qmap in self.consume_queue_table.values():
             for cq in qmap.values():
-                table[f"{cq.topic}-{cq.queue_id}"] = cq.get_max_offset_in_queue()
+                table[cq.queue_key] = cq.get_max_offset_in_queue()
                 cq.correct_min_offset(min_phy)
         self.commit_log.set_topic_queue_table(table)
 
@@ -335,6 +336,7 @@ class DefaultMessageStore:
     def destroy_logics_blocking(self) -> None:
         for qmap in self.consume_queue_table.values():
             for cq in qmap.values():
+                cq.removed = True
                 cq.destroy_blocking()
         self.consume_queue_table.clear()
         if self.index_service is not None:
@@ -557,7 +559,14 @@ class DefaultMessageStore:
                 # crash, and the disk-space guard refuses writes before the disk fills.
                 preallocate=False,
             )
+            cq.owner = self
             qmap[queue_id] = cq
+            # The queue's next offset under the queue's own key object: puts handed the queue look it up
+            # with that object, matched by identity (see ConsumeQueue.queue_key).
+            tqt = self.commit_log.topic_queue_table
+            q = tqt.pop(cq.queue_key, None)
+            if q is not None:
+                tqt[cq.queue_key] = q
         return cq
 
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -652,6 +661,7 @@ class DefaultMessageStore:
             if not qmap:
                 continue
             for cq in qmap.values():
+                cq.removed = True  # a put or dispatch holding it looks the queue up again
                 self.commit_log.remove_queue_from_topic_queue_table(cq.topic, cq.queue_id)
                 victims.append(cq)
         if behind:

@@ -6,7 +6,7 @@ catch-up, or a mismatch -- is parsed from the mapped bytes. The put path wakes i
 so a listener hears of a new message within one loop iteration of the put completing.
 
 Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
-tags_code, store_timestamp, keys, uniq_key, sys_flag, properties). A batch comes as one run tuple (see
+tags_code, store_timestamp, keys, uniq_key, sys_flag, properties, consume_queue). A batch comes as one run tuple (see
 store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY index entries in one go
 (IndexService.build_index_uniq_run), its listeners still hear of each record (one C-level map per listener).
 """
@@ -306,13 +306,18 @@ class ReputMessageService:
                         if self.reput_from_offset == off:
                             break
                         continue
-                phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, props = rec
+                phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, props, hint = rec
                 tran = sys_flag & _TRAN_MASK
                 consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
                 if consumable and deleted and store.stored_before_delete(topic, phy):
                     consumable = False  # stored before its topic was deleted: indexed, never queued
                 if consumable:
-                    if qid != last_qid or topic != last_topic or cq is None:
+                    if hint is not None and not hint.removed:
+                        # The put path's ConsumeQueue (see store.dispatch): no per-topic look-up.
+                        cq = hint
+                        last_topic = topic
+                        last_qid = qid
+                    elif qid != last_qid or topic != last_topic or cq is None:
                         qmap = cq_table.get(topic)
                         cq = qmap.get(qid) if qmap is not None else None
                         if cq is None:
@@ -421,7 +426,7 @@ class ReputMessageService:
         end in the current file, and (when indexing) the run's UNIQ_KEY column came with it (no KEYS) and
         the index file has room for it. Returns 0, having done nothing, for anything else."""
         store = self.store
-        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col = run
+        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col, hint = run
         n = len(phys)
         idx = store.index_service
         if idx is not None:
@@ -433,8 +438,11 @@ class ReputMessageService:
         if consumable and store.stored_before_delete(topic, first):
             consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
-            qmap = store.consume_queue_table.get(topic)
-            cq = qmap.get(qid) if qmap is not None else None
+            if hint is not None and not hint.removed:
+                cq = hint
+            else:
+                qmap = store.consume_queue_table.get(topic)
+                cq = qmap.get(qid) if qmap is not None else None
             if cq is None or n > _MAX_CQ_RUN:
                 return 0
             cq_mf = cq.tail_file
@@ -468,14 +476,14 @@ class ReputMessageService:
         store = self.store
         loop = asyncio.get_running_loop()
         executor = store.alloc_executor
-        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col = run
+        first, end, topic, qid, qo0, store_ts, sys_flag, phys, sizes, tags_codes, props_list, uniq_col, hint = run
         n = len(phys)
         tran = sys_flag & _TRAN_MASK
         consumable = tran == _TRAN_NOT or tran == _TRAN_COMMIT
         if consumable and store.stored_before_delete(topic, first):
             consumable = False  # stored before its topic was deleted (a run is one topic, contiguous)
         if consumable:
-            cq = store.find_consume_queue(topic, qid)
+            cq = hint if hint is not None and not hint.removed else store.find_consume_queue(topic, qid)
             cq_mf = cq.tail_file
             if cq_mf is None or cq_mf.wrote_position >= cq_mf.file_size:
                 await self._create_queue_files(cq, qo0)
@@ -571,7 +579,7 @@ class ReputMessageService:
                 if self.reput_from_offset == off:
                     break
                 continue
-            phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, _props = rec
+            phy, size, topic, qid, qo, tags_code, store_ts, keys, uniq, sys_flag, _props, _cq = rec
             tran = sys_flag & _TRAN_MASK
             if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
                 cq = store.find_consume_queue(topic, qid)
