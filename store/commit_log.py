@@ -92,6 +92,7 @@ class MessageBatch:
         "store_timestamp",
         "body_len",
         "properties_template",
+        "consume_queue",
     )
 
     def __init__(
@@ -133,6 +134,7 @@ class MessageBatch:
         # they are: no per-message properties bytes, tails or sizes.
         self.body_len = body_len
         self.properties_template = properties_template
+        self.consume_queue: Any = None  # as MessageExtBrokerInner.consume_queue
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -857,7 +859,12 @@ class CommitLog:
         table = self.topic_queue_table
         topic = batch.topic
         qid = batch.queue_id
-        key = f"{topic}-{qid}"
+        cq = batch.consume_queue
+        if cq is not None and cq.topic is topic and cq.queue_id == qid:
+            key = cq.queue_key
+        else:
+            cq = None
+            key = f"{topic}-{qid}"
         sys_flag = pb.sys_flag
         q = table.get(key, 0)
         first_qo = q
@@ -907,7 +914,7 @@ class CommitLog:
             batch.store_timestamp = store_ts
             add_pending(
                 (base, file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, [size] * n,
-                 pb.tags_codes, batch.properties_list, _uniq_column(batch.properties_list[0], pieces, columns), None)
+                 pb.tags_codes, batch.properties_list, _uniq_column(batch.properties_list[0], pieces, columns), cq)
             )
             return p, first_qo, phy_offsets
         sizes = pb.sizes
@@ -957,7 +964,7 @@ class CommitLog:
         # One dispatch run for the whole batch (see reput.DispatchRun), not a tuple per record.
         add_pending(
             (phy_offsets[0], file_from + p, topic, qid, first_qo, store_ts, sys_flag, phy_offsets, pb.sizes,
-             pb.tags_codes, batch.properties_list, None, None)
+             pb.tags_codes, batch.properties_list, None, cq)
         )
         return p, first_qo, phy_offsets
 

@@ -7,9 +7,9 @@ offsets, sizes, tags_codes, properties_list, uniq_column, consume_queue) -- told
 uniq_column is what the put path knows of the index keys, so the dispatcher need not look at each record's
 properties: a list of each record's UNIQ_KEY as UTF-8 bytes, all of one length, when no record has KEYS (a
 batch of one shape with a UNIQ_KEY value column); None when the properties tell (anything else).
-Both forms end with the record's ConsumeQueue when the put path was handed it
-(MessageExtBrokerInner.consume_queue, checked against topic and queue id), else None: the dispatcher uses
-it while it is not `removed` instead of looking the queue up.
+Both forms end with the records' ConsumeQueue when the put path was handed it
+(MessageExtBrokerInner.consume_queue, MessageBatch.consume_queue; checked against topic and queue id), else
+None: the dispatcher uses it while it is not `removed` instead of looking the queue up.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ catch-up, or a mismatch -- is parsed from the mapped bytes. The put path wakes i
 so a listener hears of a new message within one loop iteration of the put completing.
 
 Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
-tags_code, store_timestamp, keys, uniq_key, sys_flag, properties, consume_queue). A batch comes as one run tuple (see
-store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY index entries in one go
-(IndexService.build_index_uniq_run), its listeners still hear of each record (one C-level map per listener).
+tags_code, store_timestamp, keys, uniq_key, sys_flag, properties, consume_queue). A batch comes as one run
+tuple (see store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY index entries in
+one go (IndexService.build_index_uniq_run), its listeners still hear of each record (one C-level map per
+listener).
 """
 
 from __future__ import annotations

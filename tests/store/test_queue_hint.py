@@ -5,13 +5,15 @@ before a topic was deleted, or for another queue, must not take the record."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from sys import intern
 
+from store.commit_log import MessageBatch
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
-from tests.store.conftest import make_msg
+from tests.store.conftest import BORN_HOST, STORE_HOST, make_msg
 
 TOPIC = intern("Hinted")
 
@@ -105,3 +107,42 @@ async def test_the_queue_offset_table_is_keyed_by_the_queues_own_key(
     assert cq is not None
     table = again.commit_log.topic_queue_table
     assert [k for k in table if k is cq.queue_key] == [cq.queue_key] and table[cq.queue_key] == 1
+
+
+def _batch(topic: str, queue_id: int, n: int, prefix: str) -> MessageBatch:
+    props = [{"UNIQ_KEY": f"{prefix}-{i}"} for i in range(n)]
+    return MessageBatch(
+        topic, queue_id, 0, int(time.time() * 1000), BORN_HOST, STORE_HOST, 0, [0] * n,
+        [f"{prefix}-{i}".encode() for i in range(n)], props, [f"UNIQ_KEY\x01{prefix}-{i}" for i in range(n)],
+    )
+
+
+async def test_batch_hints_old_and_foreign_are_not_written(make_store: Callable[..., DefaultMessageStore]) -> None:
+    store = make_store()
+    await store.start()
+    for qid in (0, 1):
+        (r,) = await store.put_many([_batch(TOPIC, qid, 3, f"q{qid}")])
+        assert r.status is PutMessageStatus.PUT_OK
+    assert await store.wait_dispatched(5.0)
+    q0, q1 = store.get_consume_queue(TOPIC, 0), store.get_consume_queue(TOPIC, 1)
+    assert q0 is not None and q1 is not None
+    b = _batch(TOPIC, 0, 3, "own")
+    b.consume_queue = q0
+    f = _batch(TOPIC, 0, 3, "foreign")
+    f.consume_queue = q1  # another queue's: ignored
+    rs = await store.put_many([b, f])
+    assert [r.append_result.logics_offset for r in rs if r.append_result] == [3, 6]
+    assert await store.wait_dispatched(5.0)
+    assert (q0.get_max_offset_in_queue(), q1.get_max_offset_in_queue()) == (9, 3)
+    assert store.delete_topics({TOPIC}) == 2
+    await store.wait_background_io()
+    old = _batch(TOPIC, 0, 2, "after")
+    old.consume_queue = q0  # from before the delete: q0 is removed
+    (r,) = await store.put_many([old])
+    assert r.status is PutMessageStatus.PUT_OK and r.append_result is not None
+    assert await store.wait_dispatched(5.0)
+    new = store.get_consume_queue(TOPIC, 0)
+    assert new is not None and new is not q0 and new.get_max_offset_in_queue() == 2
+    for qo, phy in enumerate(r.append_result.phy_offsets):
+        unit = new.get_unit(qo)
+        assert unit is not None and unit[0] == phy
