@@ -25,15 +25,20 @@ async def _put(store: DefaultMessageStore, msg) -> int:  # type: ignore[no-untyp
     return r.append_result.wrote_offset
 
 
+def _hinted(body: bytes, queue_id: int, cq, topic: str = TOPIC):  # type: ignore[no-untyped-def]
+    """A message for (topic, queue_id) handed `cq` as its consume_queue, as the broker's processor does."""
+    msg = make_msg(topic=topic, body=body, queue_id=queue_id)
+    msg.consume_queue = cq
+    return msg
+
+
 async def test_a_hinted_put_lands_in_its_queue(make_store: Callable[..., DefaultMessageStore]) -> None:
     store = make_store()
     await store.start()
     await _put(store, make_msg(topic=TOPIC, body=b"first", queue_id=0))  # the dispatcher makes the queue
     cq = store.get_consume_queue(TOPIC, 0)
     assert cq is not None
-    msg = make_msg(topic=TOPIC, body=b"second", queue_id=0)
-    msg.consume_queue = cq
-    phy = await _put(store, msg)
+    phy = await _put(store, _hinted(b"second", 0, cq))
     assert store.get_max_offset_in_queue(TOPIC, 0) == 2
     unit = cq.get_unit(1)
     assert unit is not None and unit[0] == phy
@@ -49,17 +54,13 @@ async def test_a_hint_for_another_queue_is_ignored(make_store: Callable[..., Def
     other = store.get_consume_queue(TOPIC, 1)
     assert other is not None
     # As a message whose queue a transformer changed after the broker picked the hint.
-    msg = make_msg(topic=TOPIC, body=b"to-0", queue_id=0)
-    msg.consume_queue = other
-    phy = await _put(store, msg)
+    phy = await _put(store, _hinted(b"to-0", 0, other))
     assert store.get_max_offset_in_queue(TOPIC, 0) == 2
     assert store.get_max_offset_in_queue(TOPIC, 1) == 1
     m = store.look_message_by_offset(phy)
     assert m is not None and (m.queue_id, m.queue_offset) == (0, 1)
     # Another topic's queue: likewise.
-    msg = make_msg(topic="Elsewhere", body=b"e", queue_id=1)
-    msg.consume_queue = other
-    phy = await _put(store, msg)
+    phy = await _put(store, _hinted(b"e", 1, other, topic="Elsewhere"))
     assert store.get_max_offset_in_queue("Elsewhere", 1) == 1
     assert store.get_max_offset_in_queue(TOPIC, 1) == 1
     m = store.look_message_by_offset(phy)
@@ -75,9 +76,7 @@ async def test_a_hint_from_before_a_delete_is_not_written(make_store: Callable[.
     assert store.delete_topics({TOPIC}) == 1
     assert old.removed
     await store.wait_background_io()
-    msg = make_msg(topic=TOPIC, body=b"new", queue_id=0)
-    msg.consume_queue = old  # a producer's memo from before the delete
-    phy = await _put(store, msg)
+    phy = await _put(store, _hinted(b"new", 0, old))  # a producer's memo from before the delete
     new = store.get_consume_queue(TOPIC, 0)
     assert new is not None and new is not old and not new.removed
     assert store.get_max_offset_in_queue(TOPIC, 0) == 1
