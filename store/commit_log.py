@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+# Enum members the put path uses per message, as module constants: Enum.MEMBER costs ~65 ns on Python 3.11.
+_PUT_OK = PutMessageStatus.PUT_OK
+_APPEND_OK = AppendMessageStatus.PUT_OK
+
 END_FILE_MIN_BLANK_LENGTH = 4 + 4
 _SIZE_MAGIC = struct.Struct(">iI")
 _BLANK = struct.Struct(">iI")
@@ -1034,17 +1038,10 @@ class CommitLog:
                         committed = len(pending)
                         b = items.batch
                         results[i] = PutMessageResult(
-                            PutMessageStatus.PUT_OK,
+                            _PUT_OK,
                             AppendMessageResult(
-                                AppendMessageStatus.PUT_OK,
-                                wrote_offset,
-                                total,
-                                None,
-                                store_ts,
-                                first_qo,
-                                len(phys),
-                                phy_offsets=phys,
-                                store_host_bytes=self._store_host_bytes(items.store_ip, b.store_host[1]),
+                                _APPEND_OK, wrote_offset, total, None, store_ts, first_qo, len(phys),
+                                self._store_host_bytes(items.store_ip, b.store_host[1]), phys,
                             ),
                         )
                         continue
@@ -1090,11 +1087,10 @@ class CommitLog:
                         committed = len(pending)
                         hb = self._store_host_bytes(s_ip, s_port)
                         results[i] = PutMessageResult(
-                            PutMessageStatus.PUT_OK,
+                            _PUT_OK,
                             AppendMessageResult(
-                                AppendMessageStatus.PUT_OK, wrote_offset, total,
-                                f"{self._msg_id_prefix(hb)}{wrote_offset:016X}", store_ts, qo, 1,
-                                store_host_bytes=hb,
+                                _APPEND_OK, wrote_offset, total, f"{self._msg_id_prefix(hb)}{wrote_offset:016X}",
+                                store_ts, qo, 1, hb,
                             ),
                         )
                         continue
@@ -1178,17 +1174,10 @@ class CommitLog:
                     committed = len(pending)
                     first = items[0]
                     results[i] = PutMessageResult(
-                        PutMessageStatus.PUT_OK,
+                        _PUT_OK,
                         AppendMessageResult(
-                            AppendMessageStatus.PUT_OK,
-                            wrote_offset,
-                            total,
-                            None,
-                            store_ts,
-                            pending[first_pending][4],
-                            len(items),
-                            phy_offsets=phy_offsets,
-                            store_host_bytes=self._store_host_bytes(first[7], first[0].store_host[1]),
+                            _APPEND_OK, wrote_offset, total, None, store_ts, pending[first_pending][4], len(items),
+                            self._store_host_bytes(first[7], first[0].store_host[1]), phy_offsets,
                         ),
                     )
             finally:

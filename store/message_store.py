@@ -43,6 +43,7 @@ from .mapped_file import MappedFile
 from .message import MessageExtBrokerInner
 from .reput import ArrivalListener, ArrivalRunFilter, ReputMessageService
 from .results import (
+    AppendMessageStatus,
     GetMessageResult,
     GetMessageStatus,
     PutMessageResult,
@@ -58,6 +59,7 @@ TagsCodeHook = Callable[[str, "dict[str, str]"], "int | None"]
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 _MIN_LONG = -(1 << 63)
+_APPEND_PUT_OK = AppendMessageStatus.PUT_OK
 _CQ_UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
 
@@ -505,7 +507,7 @@ class DefaultMessageStore:
         waiters: list[PutMessageResult] = []
         for msgs, result in zip(units, results, strict=True):
             ar = result.append_result
-            if ar is None or not ar.is_ok:
+            if ar is None or ar.status is not _APPEND_PUT_OK:  # (AppendMessageResult.is_ok without the call)
                 stats.put_message_failed_times += 1
                 continue
             stats.put_message_times_total += ar.msg_num

@@ -62,6 +62,10 @@ def _ids_struct(host_len: int, n: int) -> struct.Struct:
     return struct.Struct(">" + f"{host_len}sq" * n)
 
 
+# Module constants for the put path: an enum member read as Enum.MEMBER costs ~65 ns on Python 3.11.
+_APPEND_PUT_OK = AppendMessageStatus.PUT_OK
+
+
 class AppendMessageResult:
     """Outcome of appending to the CommitLog. msg_id (offset msg id; comma-joined for a batch) is built
     lazily: most callers of a batch put never look at it."""
@@ -88,10 +92,9 @@ class AppendMessageResult:
         store_timestamp: int = 0,
         logics_offset: int = 0,
         msg_num: int = 1,
-        *,
-        page_cache_rt: int = 0,
+        store_host_bytes: bytes = b"",  # positional on the put path: a keyword argument costs ~90 ns a call
         phy_offsets: list[int] | None = None,
-        store_host_bytes: bytes = b"",
+        page_cache_rt: int = 0,
     ) -> None:
         self.status = status
         self.wrote_offset = wrote_offset
@@ -130,7 +133,7 @@ class AppendMessageResult:
 
     @property
     def is_ok(self) -> bool:
-        return self.status == AppendMessageStatus.PUT_OK
+        return self.status is _APPEND_PUT_OK
 
     def __repr__(self) -> str:
         return (
