@@ -1009,6 +1009,11 @@ class CommitLog:
             table = self.topic_queue_table
             committed = 0  # records of fully written units: only those go to the dispatcher
             mf: MappedFile | None = None
+            # The store host's bytes and msg id prefix, looked up again only when the host changes.
+            last_s_ip: bytes | None = None
+            last_s_port = -1
+            hb = b""
+            id_prefix = ""
             try:
                 for i, items, total in prepared:
                     try:
@@ -1085,12 +1090,15 @@ class CommitLog:
                         mf.wrote_position = wp + size
                         mf.store_timestamp = store_ts
                         committed = len(pending)
-                        hb = self._store_host_bytes(s_ip, s_port)
+                        if s_ip is not last_s_ip or s_port != last_s_port:
+                            last_s_ip = s_ip
+                            last_s_port = s_port
+                            hb = self._store_host_bytes(s_ip, s_port)
+                            id_prefix = self._msg_id_prefix(hb)
                         results[i] = PutMessageResult(
                             _PUT_OK,
                             AppendMessageResult(
-                                _APPEND_OK, wrote_offset, total, f"{self._msg_id_prefix(hb)}{wrote_offset:016X}",
-                                store_ts, qo, 1, hb,
+                                _APPEND_OK, wrote_offset, total, f"{id_prefix}{wrote_offset:016X}", store_ts, qo, 1, hb
                             ),
                         )
                         continue
