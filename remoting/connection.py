@@ -54,6 +54,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 # of the gain is there by ~8; past ~16 the run's working set (several KB of objects per request) costs
 # more in cache misses than the shared per-run work saves.
 MAX_GROUP_SIZE = 16
+# A run ends once its frames reach this many bytes (four 32-message batches of 1 KiB), and its answers are
+# written before the next run of the same read is handled: a producer with several batches in flight gets
+# its first answers, and sends its next batches, while the broker works through the rest of the read.
+# With all of a read's answers in one write at the end, 8 batches in flight left the loop waiting for the
+# producer ~10% of the time (batch A/B: 201k -> 233k and 187k -> 225k msgs/s; 64 KiB cost 14% more CPU
+# in writes).
+GROUP_BYTES = 128 * 1024
 
 # Java's NettyRemotingAbstract wording, which clients may log or match on.
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
@@ -223,13 +230,17 @@ class RequestDispatcher:
             g = table[cmd.code][1]
             j = i + 1
             limit = min(n, i + MAX_GROUP_SIZE)
-            while j < limit and group_fns.get(cmds[j].code) is group_fn:
+            size = cmd.frame_size
+            while j < limit and size < GROUP_BYTES and group_fns.get(cmds[j].code) is group_fn:
+                size += cmds[j].frame_size
                 j += 1
             if g.inflight >= g.concurrency:
                 for k in range(i, j):
                     self.dispatch(conn, cmds[k], now)
             else:
                 self._start_group(RequestContext(conn, now), cmds[i:j], group_fn, g)
+                if size >= GROUP_BYTES and j < n:
+                    conn._flush()
             i = j
 
     def _start_group(

@@ -161,3 +161,67 @@ def test_frame_decoder_reads_in_place_and_keeps_partial_frames() -> None:
         got = d.feed(stream[:cut]) + d.feed(memoryview(stream[cut:])) + d.feed(b"")
         assert [(c.code, c.ext("v"), c.body or b"") for c in got] == [(PUT, str(i), b"b" * i) for i in range(5)]
         assert d.buffered == 0
+
+
+class _Transport:
+    """Records what the connection writes, frame by frame."""
+
+    def __init__(self) -> None:
+        self.frames: list[RemotingCommand] = []
+        self._decoder = FrameDecoder()
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, bufs: list[bytes]) -> None:
+        self.frames += self._decoder.feed(b"".join(bytes(b) for b in bufs))
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+
+async def test_a_read_of_large_frames_is_cut_into_runs_answered_one_by_one() -> None:
+    """Runs end once their frames reach GROUP_BYTES, and each run's answers are written before the next run
+    of the same read is handled: a producer with several batches in flight gets its first answers (and
+    sends more) while the broker works through the rest of a large read. Small frames stay one run."""
+    from remoting.connection import GROUP_BYTES, RemotingConnection
+
+    app = GroupApp()
+    written_before: list[int] = []
+    many = app.process_many
+
+    async def recording(ctx: RequestContext, cmds: list[RemotingCommand]) -> list[RemotingCommand | None]:
+        written_before.append(len(t.frames))
+        return await many(ctx, cmds)
+
+    app.process_many = recording  # type: ignore[method-assign]
+    d = RequestDispatcher()
+    d.add_group("put", concurrency=1, max_pending=3)
+    d.register([PUT], app.process, group="put")
+    conn = RemotingConnection(d)
+    t = _Transport()
+    conn.connection_made(t)  # type: ignore[arg-type]
+    body = b"x" * (GROUP_BYTES // 4)  # four frames (with their headers) reach the limit
+    reqs = [RemotingCommand.request(PUT, {"v": str(k)}, body) for k in range(7)]
+    for k, r in enumerate(reqs):
+        r.opaque = 100 + k
+        r.serialize_type = SerializeType.MSGPACK
+    conn.data_received(b"".join(encode(r) for r in reqs))
+    await asyncio.sleep(0)
+    assert app.runs == [["0", "1", "2", "3"], ["4", "5", "6"]]
+    assert written_before == [0, 4]  # the first run's four answers went out before the second run began
+    assert [f.opaque for f in t.frames] == [100 + k for k in range(7)]
+    # Small frames: one run, one write at the end of the loop turn.
+    app.runs.clear()
+    written_before.clear()
+    t.frames.clear()
+    small = [RemotingCommand.request(PUT, {"v": f"s{k}"}) for k in range(5)]
+    for k, r in enumerate(small):
+        r.opaque = 200 + k
+    conn.data_received(b"".join(encode(r) for r in small))
+    await asyncio.sleep(0)
+    assert app.runs == [[f"s{k}" for k in range(5)]] and written_before == [0]
+    assert [f.opaque for f in t.frames] == [200 + k for k in range(5)]
