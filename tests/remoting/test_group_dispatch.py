@@ -186,7 +186,8 @@ class _Transport:
 async def test_a_read_of_large_frames_is_cut_into_runs_answered_one_by_one() -> None:
     """Runs end once their frames reach GROUP_BYTES, and each run's answers are written before the next run
     of the same read is handled: a producer with several batches in flight gets its first answers (and
-    sends more) while the broker works through the rest of a large read. Small frames stay one run."""
+    sends more) while the broker works through the rest of a large read. A few small frames stay one run
+    and one write; many small frames get a write every FLUSH_FRAMES answers."""
     from remoting.connection import GROUP_BYTES, RemotingConnection
 
     app = GroupApp()
@@ -225,3 +226,19 @@ async def test_a_read_of_large_frames_is_cut_into_runs_answered_one_by_one() -> 
     await asyncio.sleep(0)
     assert app.runs == [[f"s{k}" for k in range(5)]] and written_before == [0]
     assert [f.opaque for f in t.frames] == [200 + k for k in range(5)]
+    # Many small frames: runs of MAX_GROUP_SIZE, the answers written once FLUSH_FRAMES are answered.
+    from remoting.connection import FLUSH_FRAMES, MAX_GROUP_SIZE
+
+    app.runs.clear()
+    written_before.clear()
+    t.frames.clear()
+    n = FLUSH_FRAMES + MAX_GROUP_SIZE // 2
+    burst = [RemotingCommand.request(PUT, {"v": f"m{k}"}) for k in range(n)]
+    for k, r in enumerate(burst):
+        r.opaque = 300 + k
+    conn.data_received(b"".join(encode(r) for r in burst))
+    await asyncio.sleep(0)
+    runs = [len(r) for r in app.runs]
+    assert sum(runs) == n and max(runs) <= MAX_GROUP_SIZE
+    assert written_before[0] == 0 and FLUSH_FRAMES in written_before  # an early write after FLUSH_FRAMES answers
+    assert [f.opaque for f in t.frames] == [300 + k for k in range(n)]
