@@ -216,8 +216,9 @@ class RequestDispatcher:
     def dispatch_many(self, conn: RemotingConnection, cmds: list[RemotingCommand], now: float) -> None:
         """Dispatch the requests one read brought, in order. A run of consecutive requests whose processor
         is `groupable` (a lone one too: the group function is that processor's fast path) goes to its group
-        function in one call (one store round, one write of the answers) when its group has a free slot;
-        everything else is dispatched one by one."""
+        function in one call (one store round) when its group has a free slot; everything else is
+        dispatched one by one. The answers go out in one write per read, or sooner in a long read: after a
+        run of GROUP_BYTES of frames and after every FLUSH_FRAMES answered requests."""
         table = self._table
         group_fns = self._group_fns
         i = 0
