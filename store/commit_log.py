@@ -42,7 +42,7 @@ from remoting.message import (
 from .dispatch import DispatchRequest
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
-from .message import MessageExtBrokerInner
+from .message import MessageExtBrokerInner, record_topic_part
 from .results import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 from .warm_ahead import CommitLogWarmAhead
 
@@ -537,8 +537,7 @@ class CommitLog:
     def _topic_part(self, topic: str) -> bytes | None:
         tp = self._topic_cache.get(topic, b"")
         if tp == b"":
-            tb = topic.encode("utf-8")
-            tp = None if len(tb) > MAX_TOPIC_LENGTH or not tb else bytes((len(tb),)) + tb
+            tp = record_topic_part(topic)
             if len(self._topic_cache) > _CACHE_LIMIT:
                 self._topic_cache.clear()
             self._topic_cache[topic] = tp

@@ -13,11 +13,10 @@ from sys import intern
 
 import structlog
 
-from remoting.message import MAX_TOPIC_LENGTH
-
 from .config import CQ_STORE_UNIT_SIZE
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
+from .message import record_topic_part
 
 log = structlog.get_logger(__name__)
 
@@ -42,8 +41,7 @@ class ConsumeQueue:
         # the queue's key in CommitLog.topic_queue_table and the topic as a record stores it (length byte
         # + UTF-8). With 1 000 topics each was a look-up in a per-topic dict, a cold cache line a send.
         self.queue_key = intern(f"{topic}-{queue_id}")
-        tb = topic.encode("utf-8")
-        self.record_topic_part: bytes | None = bytes((len(tb),)) + tb if 0 < len(tb) <= MAX_TOPIC_LENGTH else None
+        self.record_topic_part = record_topic_part(topic)
         # The queue's last file (the one dispatch appends to), kept by the MappedFileQueue: the dispatcher
         # reads it here instead of through the queue object and its list, two cold cache lines a record
         # when records go round 4 000 queues.

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remoting.message import MessageConst, MessagePropertyAccessors, encode_properties
+from remoting.message import MAX_TOPIC_LENGTH, MessageConst, MessagePropertyAccessors, encode_properties
+
+
+def record_topic_part(topic: str) -> bytes | None:
+    """The topic as a CommitLog record stores it: one length byte, then UTF-8 (None: empty or too long)."""
+    tb = topic.encode("utf-8")
+    return bytes((len(tb),)) + tb if 0 < len(tb) <= MAX_TOPIC_LENGTH else None
 
 
 @dataclass(slots=True)
