@@ -423,14 +423,15 @@ def _decode_send(
     fixed = _fixed_tail(_send_fixed, _learn_send_fixed, src, e, hend, m & 0x0F)
     if fixed is None:
         return None
-    ext = fixed.template.copy()
-    ext["g"] = born
-    ext["i"] = props
     # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
-    # frame_size, packed_ext, send_fixed.
-    return RemotingCommand(
-        code, opaque, flag, None, ext, body, _PYTHON, DEFAULT_VERSION, _MSGPACK, frame_size, None, fixed,
+    # frame_size, packed_ext, send_fixed, send_gi. ext_fields is left unset: built from fixed and (g, i)
+    # when first read (RemotingCommand.send_gi).
+    cmd = RemotingCommand(
+        code, opaque, flag, None, None, body, _PYTHON, DEFAULT_VERSION, _MSGPACK, frame_size, None, fixed,
+        (born, props),
     )
+    del cmd.ext_fields
+    return cmd
 
 
 class PullFixed:

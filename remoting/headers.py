@@ -302,6 +302,23 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
     return send_header_from_memo(c, born, ext["i"])
 
 
+def send_header_v2_of_command(cmd: Any) -> SendMessageRequestHeader:
+    """send_header_v2_of for a received SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE command: from its SendFixed's memo
+    and its g and i (RemotingCommand.send_gi) without building its ext_fields, whenever it can."""
+    fixed = cmd.send_fixed
+    gi = cmd.send_gi
+    if fixed is not None and gi is not None:
+        c = fixed.header
+        if c.__class__ is tuple:
+            try:
+                born = int(gi[0])
+            except ValueError:
+                pass  # decode_send_header_v2 names the bad field
+            else:
+                return send_header_from_memo(c, born, gi[1])
+    return send_header_v2_of(cmd.ext_fields, fixed)
+
+
 # The memo tuple send_header_v2_of keeps in SendFixed.header: every field but born_timestamp (g) and
 # properties (i), in this order. A hot caller may read its fields by these indexes instead of building
 # the header, and build it with send_header_from_memo only when it needs one. What the broker's send

@@ -53,7 +53,7 @@ from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     send_header_from_memo,
-    send_header_v2_of,
+    send_header_v2_of_command,
 )
 from remoting.message import (
     MAX_PROPERTIES_LENGTH,
@@ -262,7 +262,7 @@ class SendMessageProcessor:
                 header = decode_header(SendMessageRequestHeader, cmd)
             else:
                 try:
-                    header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
+                    header = send_header_v2_of_command(cmd)
                 except ValueError as e:
                     return reply(ResponseCode.INVALID_PARAMETER, str(e))
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
@@ -325,19 +325,19 @@ class SendMessageProcessor:
                     continue
                 header: SendMessageRequestHeader | None = None
                 memo = None
-                if code != _SEND_MESSAGE and (fixed := cmd.send_fixed) is not None:
+                if code != _SEND_MESSAGE and (fixed := cmd.send_fixed) is not None and (gi := cmd.send_gi) is not None:
+                    # (g and i from send_gi: the command's ext_fields is never built on this path)
                     memo = fixed.header
                     if memo.__class__ is tuple:
-                        ext = cmd.ext_fields
                         try:
-                            born = int(ext["g"])  # (as send_header_v2_of; a bad g takes it for the answer)
+                            born = int(gi[0])  # (as send_header_v2_of; a bad g takes it for the answer)
                         except ValueError:
                             memo = None
                 if memo.__class__ is tuple:
                     # A producer's pipelined send whose constant header fields the frame decoder's SendFixed
                     # memoized: read them from the memo; a header object is built only if a slower step
                     # below needs one (msg_check, a batch, _build_message, a transformer).
-                    ps = ext["i"]
+                    ps = gi[1]
                     topic = memo[SEND_MEMO_TOPIC]
                     qid = memo[SEND_MEMO_QUEUE_ID]
                     is_batch = memo[SEND_MEMO_BATCH]
@@ -349,7 +349,7 @@ class SendMessageProcessor:
                         header = decode_header(SendMessageRequestHeader, cmd)
                     else:
                         try:
-                            header = send_header_v2_of(cmd.ext_fields, cmd.send_fixed)
+                            header = send_header_v2_of_command(cmd)
                         except ValueError as e:
                             out[i] = reply(ResponseCode.INVALID_PARAMETER, str(e))
                             continue

@@ -4,6 +4,8 @@ send header decoded from it equals decode_send_header_v2's."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import sys
 
 import msgpack
@@ -19,7 +21,7 @@ from remoting.codec import (
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
-from remoting.headers import decode_send_header_v2, send_header_v2_of
+from remoting.headers import decode_send_header_v2, send_header_v2_of, send_header_v2_of_command
 
 PACK = msgpack.Packer(use_bin_type=True).pack
 FIELDS = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "h": "0", "j": "0", "k": "false",
@@ -110,6 +112,49 @@ def test_other_shapes_take_the_generic_decoder() -> None:
         send_header_v2_of(bad_born.ext_fields, bad_born.send_fixed)
     (dup,) = FrameDecoder().feed(cases[1])
     assert dup.send_fixed is None
+
+
+def _ext_slot_is_set(cmd: RemotingCommand) -> bool:
+    """Is the ext_fields slot filled, read past RemotingCommand.__getattr__ (which would fill it)?"""
+    try:
+        RemotingCommand.__dict__["ext_fields"].__get__(cmd, RemotingCommand)
+    except AttributeError:
+        return False
+    return True
+
+
+def test_ext_fields_of_a_shortcut_send_are_built_on_first_read_only() -> None:
+    """The send path reads g and i from send_gi and the rest from the SendFixed memo: the command's
+    ext_fields dict is built only if something reads it, and is then what the generic decoder gives."""
+    frames = [producer_frame(310, i, str(1763800000000 + i), f"UNIQ_KEY\x01{i:032X}", b"body") for i in range(3)]
+    cmds = FrameDecoder().feed(b"".join(frames))
+    assert [c.send_gi for c in cmds] == [(str(1763800000000 + i), f"UNIQ_KEY\x01{i:032X}") for i in range(3)]
+    assert not any(map(_ext_slot_is_set, cmds))
+    first = send_header_v2_of_command(cmds[0])  # learns the memo: builds that command's ext_fields
+    assert first == decode_send_header_v2(generic(frames[0]).ext_fields)
+    # With the memo learnt, the others' headers come from it, g and i.
+    assert [send_header_v2_of_command(c) for c in cmds[1:]] == [
+        decode_send_header_v2(generic(f).ext_fields) for f in frames[1:]
+    ]
+    assert not _ext_slot_is_set(cmds[1]) and not _ext_slot_is_set(cmds[2])
+    ext = cmds[1].ext_fields
+    assert ext == generic(frames[1]).ext_fields and list(ext)[:2] == ["g", "i"]  # the wire order
+    assert cmds[1].ext_fields is ext  # built once, then an ordinary slot
+    assert cmds[1].ext("i") == f"UNIQ_KEY\x01{1:032X}"
+    # Equality, copies and replace see the whole header too.
+    assert cmds[2] == generic(frames[2])
+    assert copy.copy(cmds[0]).ext_fields == generic(frames[0]).ext_fields
+    assert dataclasses.replace(cmds[0], opaque=99).ext_fields == generic(frames[0]).ext_fields
+    with pytest.raises(AttributeError, match="no_such_field"):
+        cmds[0].no_such_field  # noqa: B018 - the access is the test
+
+
+def test_send_header_of_command_names_a_bad_born_timestamp() -> None:
+    frames = [producer_frame(310, 1, "1763800000123", "p", b"b"), producer_frame(310, 2, "soon", "p", b"b")]
+    good, bad = FrameDecoder().feed(b"".join(frames))
+    send_header_v2_of_command(good)  # the memo, learnt
+    with pytest.raises(ValueError, match="bornTimestamp|'g'"):
+        send_header_v2_of_command(bad)
 
 
 class _Transport:
