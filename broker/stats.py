@@ -24,8 +24,9 @@ class BrokerStatsManager:
         self.get_nums = 0
         self.get_size = 0
         self.send_back_nums = 0
-        self.topic_put_nums: dict[str, int] = defaultdict(int)
-        self.topic_put_size: dict[str, int] = defaultdict(int)
+        # topic -> [messages, bytes] put: one look-up a send, the cell updated in place (with 1 000 topics
+        # each of two per-topic dicts, and a new int in each, was a cold cache line on every send).
+        self.topic_put: dict[str, list[int]] = {}
         self.group_get_nums: dict[tuple[str, str], int] = defaultdict(int)
         self.group_get_size: dict[tuple[str, str], int] = defaultdict(int)
         self.send_failures = 0
@@ -38,24 +39,25 @@ class BrokerStatsManager:
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ counting
+    @property
+    def topic_put_nums(self) -> dict[str, int]:
+        """topic -> messages put (a snapshot)."""
+        return {t: c[0] for t, c in self.topic_put.items()}
+
+    @property
+    def topic_put_size(self) -> dict[str, int]:
+        """topic -> bytes put (a snapshot)."""
+        return {t: c[1] for t, c in self.topic_put.items()}
+
     def inc_put(self, topic: str, msgs: int, size: int) -> None:
         self.put_nums += msgs
         self.put_size += size
-        self.topic_put_nums[topic] += msgs
-        self.topic_put_size[topic] += size
-
-    def inc_put_many(self, counts: dict[str, list[int]]) -> None:
-        """inc_put(topic, msgs, size) for each topic -> [msgs, size] of `counts` (a run of sends), in one call."""
-        nums = self.topic_put_nums
-        sizes = self.topic_put_size
-        total_n = total_size = 0
-        for topic, (n, size) in counts.items():
-            nums[topic] += n
-            sizes[topic] += size
-            total_n += n
-            total_size += size
-        self.put_nums += total_n
-        self.put_size += total_size
+        c = self.topic_put.get(topic)
+        if c is None:
+            self.topic_put[topic] = [msgs, size]
+        else:
+            c[0] += msgs
+            c[1] += size
 
     def inc_get(self, group: str, topic: str, msgs: int, size: int) -> None:
         self.get_nums += msgs
@@ -64,8 +66,7 @@ class BrokerStatsManager:
         self.group_get_size[(group, topic)] += size
 
     def forget_topic(self, topic: str) -> None:
-        self.topic_put_nums.pop(topic, None)
-        self.topic_put_size.pop(topic, None)
+        self.topic_put.pop(topic, None)
         for key in [k for k in self.group_get_nums if k[1] == topic]:
             self.group_get_nums.pop(key, None)
             self.group_get_size.pop(key, None)

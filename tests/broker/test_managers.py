@@ -441,11 +441,14 @@ def test_send_view_follows_the_config() -> None:
     assert v2 is not v and not v2.writable and v2.queue_limit == 8 and v2.multi_tag
 
 
-def test_inc_put_many_adds_per_topic_and_totals() -> None:
+def test_inc_put_adds_per_topic_and_totals() -> None:
     from broker.stats import BrokerStatsManager
 
     s = BrokerStatsManager()
     s.inc_put("A", 1, 10)
-    s.inc_put_many({"A": [2, 20], "B": [3, 30]})
+    s.inc_put("A", 2, 20)
+    s.inc_put("B", 3, 30)
     assert (s.put_nums, s.put_size) == (6, 60)
-    assert dict(s.topic_put_nums) == {"A": 3, "B": 3} and dict(s.topic_put_size) == {"A": 30, "B": 30}
+    assert s.topic_put_nums == {"A": 3, "B": 3} and s.topic_put_size == {"A": 30, "B": 30}
+    s.forget_topic("A")
+    assert s.topic_put_nums == {"B": 3} and s.topic_put_size == {"B": 30}
