@@ -39,7 +39,7 @@ class RemotingCommand:
     # i: properties). ext_fields is then left unset and built on first read (__getattr__) from send_fixed
     # and these, so the broker's send path, which reads only these and the SendFixed's memo, never copies
     # the whole header dict: with 4 000 queues that copy, and freeing it, were cold cache lines on every
-    # send (1 000 topics: broker CPU 18.9 -> 17.6 us a message).
+    # send (1 000 topics: broker CPU 19.0 -> 18.2 us a message, A/B medians of 6 runs).
     send_gi: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     if not TYPE_CHECKING:  # (type checkers keep flagging unknown attributes)
