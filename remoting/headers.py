@@ -290,6 +290,13 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
             if c is None:  # not memoizable (a non-str value, ...): the generic decoder every time
                 fixed.header = False
                 return decode_send_header_v2(ext)
+        # The fields the broker's send path reads, as the SendFixed's own slots first (see SendFixed).
+        fixed.topic = c[SEND_MEMO_TOPIC]
+        fixed.queue_id = c[SEND_MEMO_QUEUE_ID]
+        fixed.sys_flag = c[SEND_MEMO_SYS_FLAG]
+        fixed.flag = c[SEND_MEMO_FLAG]
+        fixed.reconsume_times = c[SEND_MEMO_RECONSUME_TIMES]
+        fixed.batch = c[SEND_MEMO_BATCH]
         fixed.header = c
     elif c is False:
         return decode_send_header_v2(ext)
@@ -321,9 +328,9 @@ def send_header_v2_of_command(cmd: Any) -> SendMessageRequestHeader:
 
 # The memo tuple send_header_v2_of keeps in SendFixed.header: every field but born_timestamp (g) and
 # properties (i), in this order. A hot caller may read its fields by these indexes instead of building
-# the header, and build it with send_header_from_memo only when it needs one. What the broker's send
-# path reads comes first: the tuple is cold with 4 000 queues, and the first five items share the cache
-# line of its header.
+# the header, and build it with send_header_from_memo only when it needs one. (The broker's send path
+# reads the fields it needs from the SendFixed, which copies them: the tuple was one more cold object a
+# send with 4 000 queues.)
 SEND_MEMO_TOPIC = 0
 SEND_MEMO_QUEUE_ID = 1
 SEND_MEMO_SYS_FLAG = 2

@@ -44,12 +44,6 @@ from remoting.connection import (
     packed_response_lead,
 )
 from remoting.headers import (
-    SEND_MEMO_BATCH,
-    SEND_MEMO_FLAG,
-    SEND_MEMO_QUEUE_ID,
-    SEND_MEMO_RECONSUME_TIMES,
-    SEND_MEMO_SYS_FLAG,
-    SEND_MEMO_TOPIC,
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     send_header_from_memo,
@@ -338,12 +332,12 @@ class SendMessageProcessor:
                     # memoized: read them from the memo; a header object is built only if a slower step
                     # below needs one (msg_check, a batch, _build_message, a transformer).
                     ps = gi[1]
-                    topic = memo[SEND_MEMO_TOPIC]
-                    qid = memo[SEND_MEMO_QUEUE_ID]
-                    is_batch = memo[SEND_MEMO_BATCH]
-                    sys_flag0 = memo[SEND_MEMO_SYS_FLAG]
-                    flag0 = memo[SEND_MEMO_FLAG]
-                    reconsume0 = memo[SEND_MEMO_RECONSUME_TIMES]
+                    topic = fixed.topic  # (the memo's fields, copied into the SendFixed's first cache lines)
+                    qid = fixed.queue_id
+                    is_batch = fixed.batch
+                    sys_flag0 = fixed.sys_flag
+                    flag0 = fixed.flag
+                    reconsume0 = fixed.reconsume_times
                 else:
                     if code == _SEND_MESSAGE:
                         header = decode_header(SendMessageRequestHeader, cmd)

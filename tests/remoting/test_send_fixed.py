@@ -132,6 +132,11 @@ def test_ext_fields_of_a_shortcut_send_are_built_on_first_read_only() -> None:
     assert not any(map(_ext_slot_is_set, cmds))
     first = send_header_v2_of_command(cmds[0])  # learns the memo: builds that command's ext_fields
     assert first == decode_send_header_v2(generic(frames[0]).ext_fields)
+    # The fields the broker's send path reads are the SendFixed's own, copied from the memo.
+    f = cmds[0].send_fixed
+    assert (f.topic, f.queue_id, f.sys_flag, f.flag, f.reconsume_times, f.batch) == (
+        first.topic, first.queue_id, first.sys_flag, first.flag, first.reconsume_times, first.batch)
+    assert f.topic is sys.intern(first.topic)
     # With the memo learnt, the others' headers come from it, g and i.
     assert [send_header_v2_of_command(c) for c in cmds[1:]] == [
         decode_send_header_v2(generic(f).ext_fields) for f in frames[1:]
