@@ -462,7 +462,8 @@ class IndexFile:
         count = self.index_count
         if n > _MAX_RUN or count <= 1 or count + n > self.index_num or self.begin_timestamp <= 0:
             return False
-        slots = list(map(self.hash_slot_num.__rmod__, hashes))
+        hsn = self.hash_slot_num
+        slots = [h % hsn for h in hashes]
         if len(set(slots)) != n:
             return False  # a chain inside the run: each entry must see the one before it
         view = self._slots
