@@ -422,6 +422,28 @@ def test_mixed_topic_index_hashes_match_one_by_one() -> None:
     mixed = ["7F00000100002A9F1C2B3D4E5F600001", "7F00000100002A9F1C2B3D4E5F610002", "é-key", "ab"]
     ts = topics[: len(mixed)]
     assert h.index_hashes_mixed(ts, mixed) == [_want_index_hashes(t, [k])[0] for t, k in zip(ts, mixed, strict=True)]
+    # Keys of a few prefixes (a group spanning milliseconds, or two producers interleaved), in stretches or
+    # alternating, and more prefixes than are hashed by prefix: each still what its whole key hashes to.
+    class Counting(TopicKeyHasher):
+        one_by_one = 0
+
+        def hash_unsigned(self, topic: str, key: str) -> int:
+            Counting.one_by_one += 1
+            return super().hash_unsigned(topic, key)
+
+    c = Counting()
+    for n_heads in (2, 3, 4, 5, 9):
+        for alternate in (False, True):
+            heads = [f"7F00000100002A9F1C2B3D4E{j:04X}" for j in range(n_heads)]
+            keys = [f"{heads[(i % n_heads) if alternate else (i * n_heads // 64)]}{(0xFFF0 + i) & 0xFFFF:04X}"
+                    for i in range(64)]
+            ts = [topics[i % len(topics)] for i in range(len(keys))]
+            Counting.one_by_one = 0
+            assert c.index_hashes_mixed(ts, keys) == [
+                _want_index_hashes(t, [k])[0] for t, k in zip(ts, keys, strict=True)
+            ], (n_heads, alternate)
+            # Up to 4 prefixes in bulk; more, key by key.
+            assert Counting.one_by_one == (0 if n_heads <= 4 else len(keys)), (n_heads, alternate)
 
 
 def _want_index_hashes(topic: str, keys: list[str]) -> list[int]:
