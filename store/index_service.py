@@ -177,7 +177,8 @@ class TopicKeyHasher:
         length n and at most _MAX_HEADS prefixes but their last 4 characters (one producer's UNIQ_KEYs of a
         millisecond or a few, sent round-robin over topics): hash(topic#) * 31^n + hash(prefix) * 31^4 +
         hash(suffix), the first term cached per topic, the second per prefix, the last from the pair
-        tables: 430 -> 240 ns a key. Else one by one."""
+        tables. Else one by one. (46 keys over 1 000 topics, a key: one prefix ~280 ns, two ~375 ns, one by
+        one ~565 ns.)"""
         count = len(keys)
         n = len(keys[0]) if keys else 0
         if _SUFFIX < n <= 64 and list(map(len, keys)).count(n) == count:
