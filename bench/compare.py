@@ -251,8 +251,9 @@ def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
             }
             out[w][s]["runs"] = len(ok)
             out[w][s]["msgs_s_all"] = [r["msgs_s"] for r in ok]
-            if any("ratio" in r for r in ok):
-                out[w][s]["ratio_all"] = [r["ratio"] for r in ok if "ratio" in r]
+            ratios = [r["ratio"] for r in ok if "ratio" in r]
+            if ratios:
+                out[w][s]["ratio_all"] = ratios
     return out
 
 

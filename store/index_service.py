@@ -196,21 +196,13 @@ class TopicKeyHasher:
                     if terms is None or len(terms) > _CACHE_LIMIT:
                         terms = self._terms[n] = _TopicTerms(n, self._topic_hash)
                     ph, pl = _pair_tables()
-                    # abs of the signed value (MIN_VALUE -> 0) in the same pass: as _abs_signed
-                    if one:
-                        base = (java_hash_unsigned(head.decode("ascii")) * _SUFFIX_SCALE) & _MASK32
-                        return [
-                            u if (u := (t + base + ph[a] + pl[b]) & _MASK32) < 0x80000000
-                            else (0x100000000 - u) & 0x7FFFFFFF
-                            for t, a, b in zip(map(terms.__getitem__, topics), vals[1::3], vals[2::3], strict=True)
-                        ]
+                    # hash(prefix) * 31^4 of each key: one for all, or looked up per key by its prefix
                     bases = {h: (java_hash_unsigned(h.decode("ascii")) * _SUFFIX_SCALE) & _MASK32 for h in distinct}
+                    cs = repeat(bases[head], count) if one else map(bases.__getitem__, heads)
+                    # abs of the signed value (MIN_VALUE -> 0) in the same pass: as _abs_signed
                     return [
                         u if (u := (t + c + ph[a] + pl[b]) & _MASK32) < 0x80000000 else (0x100000000 - u) & 0x7FFFFFFF
-                        for t, c, a, b in zip(
-                            map(terms.__getitem__, topics), map(bases.__getitem__, heads), vals[1::3], vals[2::3],
-                            strict=True,
-                        )
+                        for t, c, a, b in zip(map(terms.__getitem__, topics), cs, vals[1::3], vals[2::3], strict=True)
                     ]
         return _abs_signed(list(map(self.hash_unsigned, topics, keys)))
 

@@ -500,20 +500,21 @@ class SendMessageProcessor:
             ):
                 out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
                 continue
+            # Counted as handle_put_message_result counts (a batch's topic is its own, a single's its message's).
+            topic = msgs.topic if batch else msgs[0].topic  # type: ignore[union-attr, index]
+            n = ar.msg_num or batch or 1
+            wrote = ar.wrote_bytes
+            c = cells.get(topic)
+            if c is None:
+                cells[topic] = [n, wrote]
+            else:
+                c[0] += n
+                c[1] += wrote
+            put_n += n
+            put_size += wrote
             if batch:
                 # A stored batch to a MSGPACK request: handle_put_message_result's answer (no transaction id;
                 # msgId is the comma-joined ids, a str16 past 255 chars) as a PackedResponse.
-                topic = msgs.topic  # type: ignore[union-attr]
-                n = ar.msg_num or batch
-                wrote = ar.wrote_bytes
-                c = cells.get(topic)
-                if c is None:
-                    cells[topic] = [n, wrote]
-                else:
-                    c[0] += n
-                    c[1] += wrote
-                put_n += n
-                put_size += wrote
                 mid = ar.msg_id
                 off = str(ar.logics_offset)
                 tail = (f"{_ANSWER_HEAD5}{_str_head(len(mid))}{mid}{_QUEUE_ID_PAIR[queue_id]}"
@@ -521,16 +522,6 @@ class SendMessageProcessor:
                 out[i] = PackedResponse(_SEND_OK_LEAD, tail.encode("latin-1"))
                 continue
             msg = msgs[0]  # type: ignore[index]
-            n = ar.msg_num or 1
-            wrote = ar.wrote_bytes
-            c = cells.get(msg.topic)  # type: ignore[union-attr]
-            if c is None:
-                cells[msg.topic] = [n, wrote]  # type: ignore[union-attr]
-            else:
-                c[0] += n
-                c[1] += wrote
-            put_n += n
-            put_size += wrote
             uniq = msg.properties.get(_PROP_UNIQ)  # type: ignore[union-attr]
             if (
                 cmds[i].serialize_type is _MSGPACK
