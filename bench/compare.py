@@ -364,6 +364,12 @@ def target_text(w: str, summary: dict[str, dict[str, dict[str, Any]]], a: argpar
         f"{me.get('many_broker_cpu_us', '?')} vs {me.get('single_broker_cpu_us', '?')} us/msg)")
 
 
+def _idle_poll_default() -> int:
+    from broker.config import BrokerConfig
+
+    return int(BrokerConfig.model_fields["serverIdlePollMicros"].default)
+
+
 def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Namespace, path: Path) -> None:
     systems = ["this", "redis", "nats"]
     title = {w: TITLES[w].replace("RATE", f"{a.rate:,.0f}").replace("TOPICS", f"{a.topics:,}") for w in TITLES}
@@ -387,6 +393,12 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
             "upstream defaults except " + ", ".join(f"`{k}={v}`" for k, v in a.broker_overrides.items())
             if a.broker_overrides
             else "upstream defaults (e.g. maxTransferCountOnMessageInMemory=32 per pull)"
+        )
+        + (
+            ""
+            if "serverIdlePollMicros" in a.broker_overrides
+            else f", and ours: `serverIdlePollMicros={_idle_poll_default()}` (the loop polls that long after a "
+            "connection's last read or write before it sleeps; remoting/idle_poll.py)"
         )
         + ".",
         "",

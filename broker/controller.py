@@ -188,6 +188,7 @@ class BrokerController:
             port=bc.listenPort,
             idle_timeout_s=bc.serverChannelMaxIdleTimeSeconds,
             name="broker",
+            idle_poll_us=bc.serverIdlePollMicros,
         )
         self._register_processors()
         # Transactional messages: PREPARED -> RMQ_SYS_TRANS_HALF_TOPIC on send, END_TRANSACTION, check-back.
@@ -498,6 +499,8 @@ class BrokerController:
             self.producer_manager.channel_expired_timeout_ms = bc.channelExpiredTimeout
         if "maxHeldPullRequests" in changed:
             self.pull_request_hold_service.max_held = bc.maxHeldPullRequests
+        if "serverIdlePollMicros" in changed:
+            self.remoting_server.idle_poll_us = bc.serverIdlePollMicros
         if "registerNameServerPeriod" in changed:
             self.request_register()
         if self.config_file is not None:

@@ -32,6 +32,7 @@ from .errors import (
     RemotingTimeoutError,
     RemotingTooMuchRequestError,
 )
+from .idle_poll import IdlePoller
 
 log = structlog.get_logger(__name__)
 
@@ -587,6 +588,7 @@ class RemotingConnection(asyncio.Protocol):
         max_frame_size: int = MAX_FRAME_SIZE,
         max_inflight: int = 65535,
         role: str = "server",
+        idle_poller: IdlePoller | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._decoder = FrameDecoder(max_frame_size)
@@ -597,6 +599,8 @@ class RemotingConnection(asyncio.Protocol):
         self._on_close = on_close
         self._max_inflight = max_inflight
         self._role = role
+        # Told of every read and write (IdlePoller.touch): the loop keeps polling for a while after them.
+        self._touch = idle_poller.touch if idle_poller is not None else None
         self._loop = asyncio.get_running_loop()
         self._write_ok = asyncio.Event()
         self._write_ok.set()
@@ -633,6 +637,8 @@ class RemotingConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self.last_active = now
+        if self._touch is not None:
+            self._touch()
         try:
             cmds = self._decoder.feed(data)
         except ProtocolError as e:
@@ -777,6 +783,8 @@ class RemotingConnection(asyncio.Protocol):
         t = self.transport
         if out and t is not None and not t.is_closing():
             t.writelines(out)
+            if self._touch is not None:
+                self._touch()  # the peer's next request may follow its answer: poll for it
 
     @property
     def is_writable(self) -> bool:

@@ -12,6 +12,7 @@ import structlog
 from .codec import MAX_FRAME_SIZE
 from .command import OpaqueGenerator
 from .connection import RemotingConnection, RequestDispatcher
+from .idle_poll import IdlePoller
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +27,7 @@ class RemotingServer:
         idle_timeout_s: float = 120.0,
         max_frame_size: int = MAX_FRAME_SIZE,
         name: str = "remoting",
+        idle_poll_us: int = 0,
     ) -> None:
         self.dispatcher = dispatcher or RequestDispatcher()
         self.host = host
@@ -38,6 +40,24 @@ class RemotingServer:
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._opaque = OpaqueGenerator()
+        if idle_poll_us < 0:
+            raise ValueError(f"idle_poll_us must be >= 0, got {idle_poll_us}")
+        self._idle_poll_us = idle_poll_us
+        # Made in start() (it needs the running loop); see remoting.idle_poll.
+        self.idle_poller: IdlePoller | None = None
+
+    @property
+    def idle_poll_us(self) -> int:
+        """How long the loop keeps polling after a connection's last read or write (0: off)."""
+        return self._idle_poll_us
+
+    @idle_poll_us.setter
+    def idle_poll_us(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"idle_poll_us must be >= 0, got {value}")
+        self._idle_poll_us = value
+        if self.idle_poller is not None:
+            self.idle_poller.window_us = value
 
     def add_close_listener(self, cb: Callable[[RemotingConnection], None]) -> None:
         self._close_listeners.append(cb)
@@ -57,12 +77,16 @@ class RemotingServer:
             on_close=self._on_close,
             max_frame_size=self.max_frame_size,
             role="server",
+            idle_poller=self.idle_poller,
         )
         self.connections.add(conn)
         return conn
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
+        self.idle_poller = IdlePoller(loop, self._idle_poll_us)
+        if self._idle_poll_us and self.idle_poller.single_cpu:
+            log.info("idle_poll_off_single_cpu", server=self.name, idle_poll_us=self._idle_poll_us)
         self._server = await loop.create_server(
             self._make_connection, self.host, self.port, reuse_address=True, backlog=1024
         )
@@ -82,6 +106,8 @@ class RemotingServer:
                     conn.close()
 
     async def stop(self) -> None:
+        if self.idle_poller is not None:
+            self.idle_poller.close()
         if self._idle_task is not None:
             self._idle_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -27,6 +27,7 @@ def test_defaults_follow_rocketmq() -> None:
     assert c.channelExpiredTimeout == 120000
     assert c.transactionCheckInterval == 60000 and c.transactionCheckMax == 15 and c.transactionTimeOut == 6000
     assert c.brokerPermission == 6 and not c.aclEnable and c.metricsPort == 0
+    assert c.serverIdlePollMicros == 200  # ours (remoting.idle_poll)
     sc = c.store_config
     assert sc.maxMessageSize == 4 * 1024 * 1024
     assert sc.mappedFileSizeCommitLog == 1024**3
@@ -68,6 +69,8 @@ def test_store_and_broker_keys_from_one_file() -> None:
         ({"brokerIP1": "not-an-ip"}, "'brokerIP1'"),
         ({"namesrvAddr": "localhost"}, "'namesrvAddr'"),
         ({"maxMessageSize": "x"}, "'maxMessageSize'"),
+        ({"serverIdlePollMicros": "-1"}, "'serverIdlePollMicros'"),
+        ({"serverIdlePollMicros": "1000000"}, "'serverIdlePollMicros'"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(values: dict[str, str], needle: str) -> None:

@@ -1,0 +1,156 @@
+"""IdlePoller: the loop keeps turning for a window after activity, then sleeps again; off at 0 and
+with a single CPU. RemotingServer touches it on its connections' reads and writes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remoting import RemotingClient, RemotingCommand, RemotingServer, RequestContext, RequestDispatcher
+from remoting.idle_poll import IdlePoller, available_cpus
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_two_cpus = pytest.mark.skipif(available_cpus() < 2, reason="idle polling turns itself off with one CPU")
+
+
+async def _stopped_after(p: IdlePoller, limit_s: float = 2.0) -> float:
+    """Seconds until p stops spinning (bounded)."""
+    t0 = time.perf_counter()
+    while p.spinning:
+        if time.perf_counter() - t0 > limit_s:
+            raise AssertionError(f"still spinning after {limit_s} s")
+        await asyncio.sleep(0.001)
+    return time.perf_counter() - t0
+
+
+@needs_two_cpus
+async def test_spins_for_the_window_then_sleeps() -> None:
+    p = IdlePoller(asyncio.get_running_loop(), 30_000)
+    assert p.active and p.window_us == 30_000
+    t0 = time.perf_counter()
+    p.touch()
+    await asyncio.sleep(0.005)
+    assert p.spinning and p.spins > 5  # many loop turns in 5 ms: the loop did not sleep
+    await _stopped_after(p)
+    elapsed = time.perf_counter() - t0
+    assert 0.029 <= elapsed < 0.5, elapsed
+    spins = p.spins
+    await asyncio.sleep(0.05)
+    assert p.spins == spins and not p.spinning  # asleep again: nothing turns the loop
+
+
+@needs_two_cpus
+async def test_each_touch_extends_the_window() -> None:
+    p = IdlePoller(asyncio.get_running_loop(), 30_000)
+    t0 = time.perf_counter()
+    p.touch()
+    await asyncio.sleep(0.02)
+    p.touch()
+    await _stopped_after(p)
+    assert time.perf_counter() - t0 >= 0.049
+
+
+async def test_a_zero_window_never_spins() -> None:
+    p = IdlePoller(asyncio.get_running_loop(), 0)
+    assert not p.active
+    p.touch()
+    await asyncio.sleep(0.01)
+    assert p.spins == 0 and not p.spinning
+
+
+@needs_two_cpus
+async def test_close_and_a_new_window_take_effect_at_once() -> None:
+    p = IdlePoller(asyncio.get_running_loop(), 10_000_000)  # 10 s
+    p.touch()
+    await asyncio.sleep(0.005)
+    p.close()
+    assert await _stopped_after(p, 0.5) < 0.1
+    p.window_us = 20_000
+    p.touch()
+    await asyncio.sleep(0.005)
+    assert p.spinning
+    p.window_us = 0
+    assert await _stopped_after(p, 0.5) < 0.1
+
+
+@needs_two_cpus
+async def test_timers_and_callbacks_run_while_it_spins() -> None:
+    loop = asyncio.get_running_loop()
+    p = IdlePoller(loop, 500_000)
+    p.touch()
+    ran: list[float] = []
+    t0 = time.perf_counter()
+    loop.call_soon(lambda: ran.append(time.perf_counter() - t0))
+    await asyncio.sleep(0.02)
+    slept = time.perf_counter() - t0
+    assert ran and ran[0] < 0.01
+    assert 0.019 <= slept < 0.1
+    assert p.spinning
+    p.close()
+    await _stopped_after(p)
+
+
+def test_a_negative_window_is_refused() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(ValueError, match=">= 0"):
+            IdlePoller(loop, -1)
+        with pytest.raises(ValueError, match="idle_poll_us"):
+            RemotingServer(idle_poll_us=-5)
+    finally:
+        loop.close()
+
+
+def test_a_single_cpu_turns_it_off() -> None:
+    code = (
+        "import asyncio, os\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from remoting.idle_poll import IdlePoller\n"
+        "loop = asyncio.new_event_loop()\n"
+        "p = IdlePoller(loop, 200)\n"
+        "p.touch()\n"
+        "print(p.single_cpu, p.active, p.spinning)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "False"]
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("window_us", [0, 20_000])
+async def test_server_polls_after_its_connections_read_and_write(window_us: int) -> None:
+    d = RequestDispatcher()
+
+    def echo(_ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=cmd.body)
+
+    d.register(1, echo)
+    srv = RemotingServer(d, host="127.0.0.1", port=0, idle_poll_us=window_us)
+    _, port = await srv.start()
+    client = RemotingClient()
+    try:
+        poller = srv.idle_poller
+        assert poller is not None and poller.window_us == window_us
+        for i in range(3):
+            resp = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(1, body=b"%d" % i), 3000)
+            assert resp.body == b"%d" % i
+        # (client and server share this loop here: the spins are what the server's poller counted)
+        if window_us:
+            assert poller.spins > 0
+            await _stopped_after(poller)
+            srv.idle_poll_us = 0  # a live change reaches the poller
+            assert not poller.active and srv.idle_poll_us == 0
+        else:
+            await asyncio.sleep(0.01)
+            assert poller.spins == 0 and not poller.spinning
+    finally:
+        await client.close()
+        await srv.stop()
+    assert not srv.idle_poller.active  # stop() closes it
