@@ -87,6 +87,12 @@ class ClientConfig(BaseModel):
     connect_timeout: int = 3_000
     vip_channel_enabled: bool = False
     unit_mode: bool = False
+    # Not in RocketMQ: after a read or write on a broker or NameServer connection, keep the event loop
+    # polling for this many microseconds before it sleeps (remoting.idle_poll), so an answer is read
+    # without waking a sleeping process: one-at-a-time sync sends go ~1.7x as fast on a VM. Burns up to
+    # that much of the loop's CPU after each exchange, so off (0) by default; meant for an asyncio
+    # application whose loop is the client's (with client.sync the loop thread would contend for the GIL).
+    idle_poll_us: int = 0
 
     @field_validator(
         "poll_name_server_interval",
@@ -99,6 +105,13 @@ class ClientConfig(BaseModel):
     def _positive(cls, v: int) -> int:
         if v <= 0:
             raise ValueError("must be > 0")
+        return v
+
+    @field_validator("idle_poll_us")
+    @classmethod
+    def _idle_poll(cls, v: int) -> int:
+        if not 0 <= v <= 100_000:
+            raise ValueError("must be 0 (off) .. 100000 us")
         return v
 
     @classmethod

@@ -119,7 +119,9 @@ class MQClientInstance:
         self.namesrv_addrs = config.namesrv_addr_list()
         self.client_id = client_id or config.build_mq_client_id()
         self.dispatcher = RequestDispatcher()
-        self.remoting = RemotingClient(self.dispatcher, connect_timeout_ms=config.connect_timeout)
+        self.remoting = RemotingClient(
+            self.dispatcher, connect_timeout_ms=config.connect_timeout, idle_poll_us=config.idle_poll_us
+        )
         self.api = MQClientAPIImpl(
             self.remoting, self.namesrv_addrs, default_timeout_ms=config.mq_client_api_timeout
         )

@@ -14,6 +14,7 @@ from .codes import SerializeType
 from .command import OpaqueGenerator, RemotingCommand
 from .connection import RemotingConnection, RequestDispatcher, ResponseCallback, ResponseEntry
 from .errors import RemotingConnectError, RemotingError
+from .idle_poll import IdlePoller
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +37,7 @@ class RemotingClient:
         serialize_type: SerializeType = SerializeType.JSON,
         max_frame_size: int = MAX_FRAME_SIZE,
         max_inflight_per_connection: int = 65535,
+        idle_poll_us: int = 0,
     ) -> None:
         # The dispatcher serves requests the server sends us (NOTIFY_CONSUMER_IDS_CHANGED, ...).
         self.dispatcher = dispatcher or RequestDispatcher()
@@ -51,6 +53,11 @@ class RemotingClient:
         # Per-address override of serialize_type (e.g. MSGPACK to a broker that said it speaks it);
         # forgotten when that address's connection closes.
         self.addr_serialize_types: dict[str, SerializeType] = {}
+        if idle_poll_us < 0:
+            raise ValueError(f"idle_poll_us must be >= 0, got {idle_poll_us}")
+        self.idle_poll_us = idle_poll_us
+        # Made with the first connection (it needs the running loop); see remoting.idle_poll.
+        self.idle_poller: IdlePoller | None = None
 
     def add_close_listener(self, cb: Callable[[str], None]) -> None:
         """cb(addr) when a connection to addr closes."""
@@ -95,6 +102,9 @@ class RemotingClient:
                 except Exception:
                     log.exception("close_listener_failed", addr=addr)
 
+        if self.idle_poll_us and self.idle_poller is None:
+            self.idle_poller = IdlePoller(loop, self.idle_poll_us)
+
         def factory() -> RemotingConnection:
             return RemotingConnection(
                 self.dispatcher,
@@ -103,6 +113,7 @@ class RemotingClient:
                 max_frame_size=self.max_frame_size,
                 max_inflight=self.max_inflight,
                 role="client",
+                idle_poller=self.idle_poller,
             )
 
         try:
@@ -224,6 +235,8 @@ class RemotingClient:
 
     async def close(self) -> None:
         self._closed = True
+        if self.idle_poller is not None:
+            self.idle_poller.close()
         conns = list(self._conns.values())
         self._conns.clear()
         for c in conns:

@@ -33,7 +33,7 @@ import click
 from remoting.log import configure_logging
 from remoting.loop import run as run_loop
 
-from ..config import NAMESRV_ADDR_ENV
+from ..config import NAMESRV_ADDR_ENV, ClientConfig
 from ..message import Message
 
 E2E_PROPERTY = "__BENCH_SEND_NS"
@@ -187,10 +187,12 @@ async def run_producer(
     json_out: bool,
     group: str,
     rate: float | None = None,
+    idle_poll_us: int = 0,
 ) -> dict[str, Any]:
     from ..producer.producer import Producer
 
-    producer = Producer(group, namesrv_addr=namesrv, max_async_inflight=max(inflight, 1))
+    producer = Producer(group, namesrv_addr=namesrv, max_async_inflight=max(inflight, 1),
+                        client_config=ClientConfig(idle_poll_us=idle_poll_us))
     await producer.start()
     rep = Reporter("producer", mode, json_out, "rt")
     body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
@@ -274,8 +276,10 @@ async def run_consumer(
     from_first: bool,
     e2e: bool,
     json_out: bool,
+    idle_poll_us: int = 0,
 ) -> dict[str, Any]:
     rep = Reporter("consumer", mode, json_out, "e2e" if e2e else "rt")
+    cc = ClientConfig(idle_poll_us=idle_poll_us)
     stop = asyncio.Event()
     deadline = time.monotonic() + duration if duration else None
 
@@ -304,7 +308,7 @@ async def run_consumer(
         if mode == "push":
             from ..consumer.push_consumer import PushConsumer
 
-            consumer = PushConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw)
+            consumer = PushConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw, client_config=cc)
             consumer.subscribe(topic, "*")
 
             async def on_message(msgs: list[Any], ctx: Any) -> Any:
@@ -327,7 +331,7 @@ async def run_consumer(
         else:
             from ..consumer.lite_pull_consumer import LitePullConsumer
 
-            lite = LitePullConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw)
+            lite = LitePullConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw, client_config=cc)
             lite.subscribe(topic, "*")
             await lite.start()
             try:
@@ -358,6 +362,8 @@ def _common(f: Any) -> Any:
     f = click.option("--count", type=int, default=None, help="messages to send/receive, then stop")(f)
     f = click.option("--json", "json_out", is_flag=True, help="JSON lines instead of text")(f)
     f = click.option("--e2e", is_flag=True, help="end-to-end latency (producer stamps, consumer measures)")(f)
+    f = click.option("--idle-poll-us", "idle_poll_us", type=click.IntRange(0, 100_000), default=0, show_default=True,
+                     help="client idle polling after each exchange, microseconds (ClientConfig.idle_poll_us)")(f)
     return f
 
 
@@ -372,7 +378,7 @@ def _common(f: Any) -> Any:
 @click.option("--rate", type=float, default=None, help="send at most this many msgs/s in total (default: no limit)")
 def producer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
-    size: int, mode: str, batch: int, inflight: int, group: str, rate: float | None,
+    idle_poll_us: int, size: int, mode: str, batch: int, inflight: int, group: str, rate: float | None,
 ) -> int:
     """Send messages as fast as the mode (and --rate) allows."""
     if duration is None and count is None:
@@ -382,7 +388,8 @@ def producer(
     if size < 1 or batch < 1 or inflight < 1:
         raise click.UsageError("--size, --batch and --threads/--inflight must be >= 1")
     summary = run_loop(run_producer(
-        _namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group, rate
+        _namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group, rate,
+        idle_poll_us,
     ))
     return 1 if summary["failures"] else 0
 
@@ -394,12 +401,14 @@ def producer(
 @click.option("--from-first", is_flag=True, help="start from the first offset (default: last)")
 def consumer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
-    group: str, mode: str, from_first: bool,
+    idle_poll_us: int, group: str, mode: str, from_first: bool,
 ) -> None:
     """Consume messages and report throughput (and end-to-end latency with --e2e)."""
     if duration is None and count is None:
         duration = 10.0
-    run_loop(run_consumer(_namesrv(namesrv), topic, group, mode, duration, count, from_first, e2e, json_out))
+    run_loop(run_consumer(
+        _namesrv(namesrv), topic, group, mode, duration, count, from_first, e2e, json_out, idle_poll_us
+    ))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

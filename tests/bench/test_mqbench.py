@@ -33,7 +33,9 @@ def _summary(lines: list[dict[str, Any]], out: str) -> dict[str, Any]:
 def test_producer_modes_then_both_consumers(cluster: tuple[str, str, Daemon]) -> None:
     ns, _broker, _d = cluster
     sent = 0
-    for mode, extra in (("sync", ["--threads", "4"]), ("async", ["--inflight", "32"]), ("batch", ["--batch", "16"])):
+    # (the sync run with client idle polling: ClientConfig.idle_poll_us through the CLI)
+    for mode, extra in (("sync", ["--threads", "4", "--idle-poll-us", "200"]), ("async", ["--inflight", "32"]),
+                        ("batch", ["--batch", "16"])):
         rc, lines, out = _run(
             ["producer", "-n", ns, "-t", "BenchTopicT", "--size", "256", "--mode", mode, "--count", "200",
              "--json", *extra]
@@ -48,7 +50,7 @@ def test_producer_modes_then_both_consumers(cluster: tuple[str, str, Daemon]) ->
     for mode in ("litepull", "push"):
         rc, lines, out = _run(
             ["consumer", "-n", ns, "-t", "BenchTopicT", "-g", f"bench_{mode}", "--mode", mode, "--from-first",
-             "--count", str(sent), "--duration", "60", "--json"]
+             "--count", str(sent), "--duration", "60", "--json", *(["--idle-poll-us", "100"] if mode == "push" else [])]
         )
         assert rc == 0, out
         s = _summary(lines, out)
@@ -92,3 +94,9 @@ def test_e2e_with_rate_limit(cluster: tuple[str, str, Daemon], tmp_path: Path) -
     c = _summary(clines, rest)
     assert c["msgs"] == 301 and c["failures"] == 0
     assert "e2e_p99_ms" in c and c["e2e_max_ms"] >= c["e2e_p50_ms"] > 0
+
+
+def test_a_bad_idle_poll_value_names_the_option(cluster: tuple[str, str, Daemon]) -> None:
+    ns, _broker, _d = cluster
+    rc, _lines, out = _run(["producer", "-n", ns, "-t", "BenchTopicT", "--count", "1", "--idle-poll-us", "-1"])
+    assert rc != 0 and "--idle-poll-us" in out, out

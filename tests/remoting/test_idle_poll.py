@@ -154,3 +154,26 @@ async def test_server_polls_after_its_connections_read_and_write(window_us: int)
         await client.close()
         await srv.stop()
     assert not srv.idle_poller.active  # stop() closes it
+
+
+@needs_two_cpus
+async def test_client_polls_after_its_reads_and_writes() -> None:
+    d = RequestDispatcher()
+    d.register(1, lambda _ctx, cmd: cmd.response(body=cmd.body))
+    srv = RemotingServer(d, host="127.0.0.1", port=0)  # (the server itself: off)
+    _, port = await srv.start()
+    client = RemotingClient(idle_poll_us=20_000)
+    try:
+        assert client.idle_poller is None  # made with the first connection
+        resp = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(1, body=b"x"), 3000)
+        assert resp.body == b"x"
+        poller = client.idle_poller
+        assert poller is not None and poller.window_us == 20_000 and poller.spins > 0
+        await _stopped_after(poller)
+        assert srv.idle_poller is not None and srv.idle_poller.spins == 0
+    finally:
+        await client.close()
+        await srv.stop()
+    assert not poller.active  # close() closes it
+    with pytest.raises(ValueError, match="idle_poll_us"):
+        RemotingClient(idle_poll_us=-1)
