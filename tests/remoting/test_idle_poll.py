@@ -53,7 +53,7 @@ async def test_each_touch_extends_the_window() -> None:
     await asyncio.sleep(0.02)
     p.touch()
     await _stopped_after(p)
-    assert time.perf_counter() - t0 >= 0.049
+    assert time.perf_counter() - t0 >= 0.045  # (uvloop times sleeps from a clock up to ~1 ms stale)
 
 
 async def test_a_zero_window_never_spins() -> None:
@@ -90,7 +90,7 @@ async def test_timers_and_callbacks_run_while_it_spins() -> None:
     await asyncio.sleep(0.02)
     slept = time.perf_counter() - t0
     assert ran and ran[0] < 0.01
-    assert 0.019 <= slept < 0.1
+    assert 0.015 <= slept < 0.1
     assert p.spinning
     p.close()
     await _stopped_after(p)
