@@ -49,7 +49,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.daemons import Daemon, free_port, start_broker, start_namesrv  # noqa: E402
+from tests.support.daemons import (  # noqa: E402
+    Daemon,
+    free_port,
+    process_cpu_seconds,
+    start_broker,
+    start_namesrv,
+)
 
 BENCH = ROOT / "bench"
 VENV_BENCH = ROOT / "build" / "venv-bench"
@@ -83,13 +89,11 @@ TARGETS: dict[str, tuple[str, Any]] = {
     "e2e": ("lat", (None, 5.0)),
     "topics": ("ratio", 0.8),
 }
-TCK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
     try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / TCK
+        return process_cpu_seconds(pid)
     except (OSError, IndexError, ValueError):
         return 0.0
 

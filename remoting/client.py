@@ -14,7 +14,7 @@ from .codes import SerializeType
 from .command import OpaqueGenerator, RemotingCommand
 from .connection import RemotingConnection, RequestDispatcher, ResponseCallback, ResponseEntry
 from .errors import RemotingConnectError, RemotingError
-from .idle_poll import IdlePoller
+from .idle_poll import IdlePoller, checked_window_us
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +53,7 @@ class RemotingClient:
         # Per-address override of serialize_type (e.g. MSGPACK to a broker that said it speaks it);
         # forgotten when that address's connection closes.
         self.addr_serialize_types: dict[str, SerializeType] = {}
-        if idle_poll_us < 0:
-            raise ValueError(f"idle_poll_us must be >= 0, got {idle_poll_us}")
-        self.idle_poll_us = idle_poll_us
+        self.idle_poll_us = checked_window_us(idle_poll_us)
         # Made with the first connection (it needs the running loop); see remoting.idle_poll.
         self.idle_poller: IdlePoller | None = None
 

@@ -23,6 +23,13 @@ import time
 _now_ns = time.perf_counter_ns
 
 
+def checked_window_us(value: int) -> int:
+    """An idle poll window in microseconds, refused (ValueError naming it) when negative."""
+    if value < 0:
+        raise ValueError(f"idle_poll_us must be >= 0, got {value}")
+    return value
+
+
 def available_cpus() -> int:
     """CPUs this process may run on (its affinity mask), at least 1."""
     try:
@@ -52,9 +59,7 @@ class IdlePoller:
 
     @window_us.setter
     def window_us(self, value: int) -> None:
-        if value < 0:
-            raise ValueError(f"idle poll window must be >= 0 us, got {value}")
-        self._window_ns = 0 if self.single_cpu else value * 1000
+        self._window_ns = 0 if self.single_cpu else checked_window_us(value) * 1000
 
     @property
     def active(self) -> bool:

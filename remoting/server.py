@@ -12,7 +12,7 @@ import structlog
 from .codec import MAX_FRAME_SIZE
 from .command import OpaqueGenerator
 from .connection import RemotingConnection, RequestDispatcher
-from .idle_poll import IdlePoller
+from .idle_poll import IdlePoller, checked_window_us
 
 log = structlog.get_logger(__name__)
 
@@ -40,9 +40,7 @@ class RemotingServer:
         self._server: asyncio.base_events.Server | None = None
         self._idle_task: asyncio.Task[None] | None = None
         self._opaque = OpaqueGenerator()
-        if idle_poll_us < 0:
-            raise ValueError(f"idle_poll_us must be >= 0, got {idle_poll_us}")
-        self._idle_poll_us = idle_poll_us
+        self._idle_poll_us = checked_window_us(idle_poll_us)
         # Made in start() (it needs the running loop); see remoting.idle_poll.
         self.idle_poller: IdlePoller | None = None
 
@@ -53,9 +51,7 @@ class RemotingServer:
 
     @idle_poll_us.setter
     def idle_poll_us(self, value: int) -> None:
-        if value < 0:
-            raise ValueError(f"idle_poll_us must be >= 0, got {value}")
-        self._idle_poll_us = value
+        self._idle_poll_us = checked_window_us(value)
         if self.idle_poller is not None:
             self.idle_poller.window_us = value
 

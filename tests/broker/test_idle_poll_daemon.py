@@ -4,7 +4,6 @@ that window and then sleeps; a live UPDATE_BROKER_CONFIG changes the window."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -12,23 +11,16 @@ import pytest
 
 from client import Admin
 from remoting.idle_poll import available_cpus
-from tests.support.daemons import start_broker, start_namesrv
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+from tests.support.daemons import process_cpu_seconds, start_broker, start_namesrv
 
 
 async def _cpu_over_pings(admin: Admin, addr: str, pid: int, n: int = 10, gap_s: float = 0.15) -> float:
     """Broker CPU seconds used across n requests, gap_s apart (the last gap included)."""
-    c0 = _cpu_s(pid)
+    c0 = process_cpu_seconds(pid)
     for _ in range(n):
         await admin.get_broker_config(addr)
         await asyncio.sleep(gap_s)
-    return _cpu_s(pid) - c0
+    return process_cpu_seconds(pid) - c0
 
 
 @pytest.mark.skipif(available_cpus() < 2 or not Path("/proc/self/stat").exists(),
@@ -45,9 +37,9 @@ async def test_broker_polls_for_its_window_after_requests(tmp_path: Path) -> Non
                 assert spun >= 0.4, f"broker used {spun:.2f} s of CPU: it did not keep polling"
                 # Idle: nothing arrives, so after its window the broker sleeps.
                 await asyncio.sleep(0.3)
-                t0 = _cpu_s(br.pid)
+                t0 = process_cpu_seconds(br.pid)
                 await asyncio.sleep(1.0)
-                idle = _cpu_s(br.pid) - t0
+                idle = process_cpu_seconds(br.pid) - t0
                 assert idle < 0.2, f"broker used {idle:.2f} s of CPU in 1 s without requests"
                 await admin.update_broker_config("serverIdlePollMicros", "0", broker_addr=addr)
                 assert (await admin.get_broker_config(addr))["serverIdlePollMicros"] == "0"

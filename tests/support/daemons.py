@@ -18,6 +18,12 @@ BIN = ROOT / "bin"
 PYTHON = sys.executable
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` so far, in seconds (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 whose neighbour (port + 1, the HA port) is free too."""
     for _ in range(50):
