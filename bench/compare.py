@@ -401,8 +401,9 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         + (
             ""
             if "serverIdlePollMicros" in a.broker_overrides
-            else f", and ours: `serverIdlePollMicros={_idle_poll_default()}` (the loop polls that long after a "
-            "connection's last read or write before it sleeps; remoting/idle_poll.py)"
+            else f", and ours: `serverIdlePollMicros={_idle_poll_default()}` (the loop polls up to that long after a "
+            "connection's last read or write before it sleeps, adapted to the gaps between requests; "
+            "remoting/idle_poll.py)"
         )
         + ".",
         "",

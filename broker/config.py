@@ -71,7 +71,8 @@ class BrokerConfig(BaseModel):
     # many microseconds instead of sleeping (remoting.idle_poll), so that a request following an answer
     # (a sync sender, a consumer's next pull) is read without the wake-up of a sleeping process, which on a
     # virtual machine is most of a small request's round trip. 0 = off; off by itself with a single CPU.
-    # Costs up to that much CPU after each burst of traffic (an idle broker still sleeps).
+    # Costs up to that much CPU after each burst of traffic (an idle broker still sleeps). A ceiling: the
+    # window in use adapts to the gaps between requests (0 after a gap past it, doubling after shorter ones).
     serverIdlePollMicros: int = Field(default=200, ge=0, le=100_000)
 
     # ------------------------------------------------------------------ topics and groups

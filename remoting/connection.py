@@ -599,8 +599,10 @@ class RemotingConnection(asyncio.Protocol):
         self._on_close = on_close
         self._max_inflight = max_inflight
         self._role = role
-        # Told of every read and write (IdlePoller.touch): the loop keeps polling for a while after them.
+        # Told of every read and write (IdlePoller.touch_read / touch): the loop keeps polling for a while
+        # after them.
         self._touch = idle_poller.touch if idle_poller is not None else None
+        self._touch_read = idle_poller.touch_read if idle_poller is not None else None
         self._loop = asyncio.get_running_loop()
         self._write_ok = asyncio.Event()
         self._write_ok.set()
@@ -637,8 +639,8 @@ class RemotingConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self.last_active = now
-        if self._touch is not None:
-            self._touch()
+        if self._touch_read is not None:
+            self._touch_read()
         try:
             cmds = self._decoder.feed(data)
         except ProtocolError as e:

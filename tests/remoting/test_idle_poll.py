@@ -56,6 +56,56 @@ async def test_each_touch_extends_the_window() -> None:
     assert time.perf_counter() - t0 >= 0.045  # (uvloop times sleeps from a clock up to ~1 ms stale)
 
 
+@needs_two_cpus
+async def test_the_window_adapts_to_the_gaps_between_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KVM halt-polling style: a read after a gap past the ceiling drops the window to 0 (the spin was
+    wasted), reads within the ceiling double it again from an eighth of the ceiling."""
+    clock = [10_000_000_000]
+    monkeypatch.setattr("remoting.idle_poll._now_ns", lambda: clock[0])
+    p = IdlePoller(asyncio.get_running_loop(), 800)  # ceiling 800 us, grows from 100 us
+    p.touch_read()
+    assert p.current_window_us == 800  # a new ceiling starts in full
+    clock[0] += 300_000  # 300 us: caught by the window in use
+    p.touch_read()
+    assert p.current_window_us == 800
+    clock[0] += 1_000_000  # 1 ms: no window we allow would have caught it
+    p.touch_read()
+    assert p.current_window_us == 0
+    grown = []
+    for _ in range(5):
+        clock[0] += 700_000  # 700 us: within the ceiling, past the window in use
+        p.touch_read()
+        grown.append(p.current_window_us)
+    assert grown == [100, 200, 400, 800, 800]
+    clock[0] += 5_000_000
+    p.touch()  # our own write: no adaptation, whatever the gap
+    assert p.current_window_us == 800
+    clock[0] += 5_000_000
+    p.touch_read()
+    assert p.current_window_us == 0
+    p.window_us = 400  # a new ceiling starts in full again
+    assert p.current_window_us == 400 and p.window_us == 400
+    p.close()
+    await _stopped_after(p)
+
+
+@needs_two_cpus
+async def test_a_window_adapted_to_zero_does_not_spin() -> None:
+    p = IdlePoller(asyncio.get_running_loop(), 20_000)
+    p.touch_read()
+    await _stopped_after(p)
+    await asyncio.sleep(0.03)  # past the ceiling
+    spins = p.spins
+    p.touch_read()
+    assert p.current_window_us == 0 and not p.spinning
+    await asyncio.sleep(0.01)
+    assert p.spins == spins
+    p.touch_read()  # 10 ms later: within the ceiling, so the window grows back
+    assert p.current_window_us == 20_000 // 8 and p.spinning
+    p.close()
+    await _stopped_after(p)
+
+
 async def test_a_zero_window_never_spins() -> None:
     p = IdlePoller(asyncio.get_running_loop(), 0)
     assert not p.active
