@@ -9,19 +9,19 @@ wake-ups took ~48 us and the two writes ~40 us, the Python work of client and br
 
 While an IdlePoller spins, the loop has a ready callback, so it polls with a zero time-out: a frame
 that arrives is read at the next turn, a few microseconds later, and nobody has to be woken. The spin
-ends `window_us` after the last touch() (a read or a write), so an idle process sleeps as before and
+ends a window after the last touch() (a read or a write), so an idle process sleeps as before and
 a busy one never spins (it always has work). The price is CPU: up to `window_us` of it after each burst
 of activity, i.e. a broker serving one sync sender keeps its core busy.
 
 The window adapts, as KVM's halt polling does (halt_poll_ns grow / shrink): `window_us` is its
-ceiling, and the window in use follows the gaps between touches. A gap longer than the ceiling means
-the spin before it was wasted (no window we allow would have caught it): the window drops to 0. A gap
+ceiling, and the window in use follows the gaps before reads. A gap longer than the ceiling means the
+spin before it was wasted (no window we allow would have caught it): the window drops to 0. A gap
 within the ceiling but past the current window is a wake-up a longer window would have saved: the
 window doubles (from an eighth of the ceiling). Only a read adapts it (touch_read), measured from the
-last read or write: the gap before a write of ours is our own work, not a wait for the peer. A steady request/answer exchange (a sync sender,
-~100 us turnaround) so keeps the full window, while bursts further apart than the ceiling (a paced
-producer, 1 ms ticks) stop paying for a spin after every burst: on our 2-vCPU VM that spin took ~20 us
-of broker CPU per message at 10k msg/s and competed with the clients for the CPUs.
+last read or write: the gap before a write of ours is our own work, not a wait for the peer. A steady
+request/answer exchange (a sync sender, ~100 us turnaround) so keeps the full window, while bursts
+further apart than the ceiling (a paced producer, 1 ms ticks) stop paying for a spin after every
+burst: on our 2-vCPU VM that spin took ~20 us of broker CPU per message at 10k msg/s.
 """
 
 from __future__ import annotations
