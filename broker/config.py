@@ -70,7 +70,8 @@ class BrokerConfig(BaseModel):
     # Not in RocketMQ: after a client connection's last read or write, keep the event loop polling for this
     # many microseconds instead of sleeping (remoting.idle_poll), so that a request following an answer
     # (a sync sender, a consumer's next pull) is read without the wake-up of a sleeping process, which on a
-    # virtual machine is most of a small request's round trip. 0 = off; off by itself with a single CPU.
+    # virtual machine is most of a small request's round trip. 0 = off; off by itself with a single CPU
+    # (affinity, or a cgroup CPU quota under 2 CPUs).
     # Costs up to that much CPU after each burst of traffic (an idle broker still sleeps). A ceiling: the
     # window in use adapts to the gaps between requests (0 after a gap past it, doubling after shorter ones).
     serverIdlePollMicros: int = Field(default=200, ge=0, le=100_000)

@@ -40,18 +40,78 @@ def checked_window_us(value: int) -> int:
     return value
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask), at least 1."""
+def cgroup_cpu_limit(proc_cgroup: str = "/proc/self/cgroup", fs_root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs this process's cgroup CPU quota allows (quota / period), the smallest along its cgroup path up
+    to the root; None without a quota (or off Linux). Reads cgroup v2 `cpu.max` and v1
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us`, as a JVM sizes itself in a container."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        with open(proc_cgroup, encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    limits: list[float] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2: one unified hierarchy
+            base, files = fs_root, ("cpu.max",)
+        elif "cpu" in controllers.split(","):  # v1: the cpu controller's own mount (often cpu,cpuacct)
+            base = os.path.join(fs_root, controllers)
+            if not os.path.isdir(base):
+                base = os.path.join(fs_root, "cpu")
+            files = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        d = os.path.normpath(os.path.join(base, path.lstrip("/")))
+        while True:
+            limit = _read_cpu_quota(d, files)
+            if limit is not None:
+                limits.append(limit)
+            if d == base or not d.startswith(base):
+                break
+            d = os.path.dirname(d)
+    return min(limits) if limits else None
+
+
+def _read_cpu_quota(d: str, files: tuple[str, ...]) -> float | None:
+    try:
+        if len(files) == 1:
+            with open(os.path.join(d, files[0]), encoding="ascii") as f:
+                quota_s, period_s = f.read().split()[:2]
+        else:
+            with open(os.path.join(d, files[0]), encoding="ascii") as f:
+                quota_s = f.read().strip()
+            with open(os.path.join(d, files[1]), encoding="ascii") as f:
+                period_s = f.read().strip()
+        if quota_s == "max" or int(quota_s) < 0:
+            return None
+        period = int(period_s)
+        return int(quota_s) / period if period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def available_cpus() -> int:
+    """Whole CPUs this process may use, at least 1: its affinity mask, capped by its cgroup's CPU quota
+    (rounded down: spinning wants a whole spare CPU, and a quota it spins away is throttled for the rest
+    of the period)."""
+    try:
+        n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not on Linux
-        return max(1, os.cpu_count() or 1)
+        n = max(1, os.cpu_count() or 1)
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        n = min(n, max(1, int(limit)))
+    return n
 
 
 class IdlePoller:
     """Spins `loop` after each touch() for the current window, which adapts between 0 and `window_us`
-    (see the module docstring); a ceiling of 0 turns it off. With a single CPU spinning would only take
-    it from the peer we are waiting for, so it stays off there."""
+    (see the module docstring); a ceiling of 0 turns it off. With a single CPU (affinity, or a cgroup
+    quota under 2 CPUs) spinning would only take it from the peer we are waiting for, or burn the quota,
+    so it stays off there."""
 
     __slots__ = ("_loop", "_window_ns", "_cur_ns", "_grow_start_ns", "_last", "_spinning", "spins",
                  "single_cpu")

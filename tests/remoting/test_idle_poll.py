@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from remoting import RemotingClient, RemotingCommand, RemotingServer, RequestContext, RequestDispatcher
-from remoting.idle_poll import IdlePoller, available_cpus
+from remoting.idle_poll import IdlePoller, available_cpus, cgroup_cpu_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_two_cpus = pytest.mark.skipif(available_cpus() < 2, reason="idle polling turns itself off with one CPU")
@@ -171,6 +171,93 @@ def test_a_single_cpu_turns_it_off() -> None:
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "False"]
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_cgroup_cpu_limit_reads_v2_cpu_max_along_the_path(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    fs = tmp_path / "fs"
+    _write(proc, "0::/app/worker\n")
+    _write(fs / "app" / "cpu.max", "50000 100000\n")  # the parent's limit applies to the child too
+    _write(fs / "app" / "worker" / "cpu.max", "max 100000\n")
+    assert cgroup_cpu_limit(str(proc), str(fs)) == 0.5
+    _write(fs / "app" / "cpu.max", "max 100000\n")
+    assert cgroup_cpu_limit(str(proc), str(fs)) is None
+
+
+def test_cgroup_cpu_limit_reads_v1_cfs_quota(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    fs = tmp_path / "fs"
+    _write(proc, "9:memory:/x\n4:cpu,cpuacct:/pod/c1\nnot a cgroup line\n")
+    _write(fs / "cpu,cpuacct" / "pod" / "c1" / "cpu.cfs_quota_us", "-1\n")  # unlimited here ...
+    _write(fs / "cpu,cpuacct" / "pod" / "c1" / "cpu.cfs_period_us", "100000\n")
+    _write(fs / "cpu,cpuacct" / "pod" / "cpu.cfs_quota_us", "250000\n")  # ... but not in the pod
+    _write(fs / "cpu,cpuacct" / "pod" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(str(proc), str(fs)) == 2.5
+    assert cgroup_cpu_limit(str(tmp_path / "missing"), str(fs)) is None
+
+
+def _cpu_cgroup_dir() -> Path | None:
+    """A fresh child cgroup whose CPU quota this test may set (cgroup v1's cpu mount or v2 with the cpu
+    controller), or None."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    candidates = [v1] if (v1 / "cpu.cfs_quota_us").exists() else []
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        candidates.append(Path("/sys/fs/cgroup"))
+    for base in candidates:
+        d = base / f"mq_idle_poll_test_{os.getpid()}"
+        try:
+            d.mkdir()
+        except OSError:
+            continue
+        if (d / "cpu.cfs_quota_us").exists() or (d / "cpu.max").exists():
+            return d
+        d.rmdir()
+    return None
+
+
+def test_a_cgroup_quota_under_two_cpus_turns_it_off() -> None:
+    """A container limited to 1.5 CPUs (affinity still shows every CPU) must not spin: the spin would
+    burn the quota and get the process throttled."""
+    d = _cpu_cgroup_dir()
+    if d is None:
+        pytest.skip("no writable cgroup with a CPU controller here (needs root)")
+    try:
+        if (d / "cpu.max").exists():
+            (d / "cpu.max").write_text("150000 100000")
+        else:
+            (d / "cpu.cfs_period_us").write_text("100000")
+            (d / "cpu.cfs_quota_us").write_text("150000")
+        code = (
+            "import asyncio, os, sys\n"
+            "from remoting.idle_poll import IdlePoller, available_cpus, cgroup_cpu_limit\n"
+            "before = available_cpus()\n"
+            "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+            "loop = asyncio.new_event_loop()\n"
+            "p = IdlePoller(loop, 200)\n"
+            "p.touch()\n"
+            "print(len(os.sched_getaffinity(0)), before, cgroup_cpu_limit(), available_cpus(), p.single_cpu,"
+            " p.active, p.spinning)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code, str(d / "cgroup.procs")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0, out.stderr
+        affinity, before, limit, after, *flags = out.stdout.split()
+        assert float(limit) == 1.5 and after == "1"
+        assert flags == ["True", "False", "False"]
+        if int(affinity) >= 2:
+            assert before == affinity  # outside the cgroup it counted every CPU of its mask
+    finally:
+        for _ in range(50):  # the subprocess has exited; the kernel drops it from the cgroup at once
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                time.sleep(0.02)
 
 
 @needs_two_cpus
