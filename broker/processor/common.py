@@ -24,10 +24,15 @@ class BadRequest(Exception):
         self.response = response
 
 
+_JAVA = LanguageCode.JAVA
+
+
 def reply(code: int, remark: str | None = None, ext_fields: dict[str, str] | None = None,
           body: bytes | bytearray | memoryview | None = None) -> RemotingCommand:
     """A bare response; the dispatcher fills opaque, flag and serialize type."""
-    return RemotingCommand(code=int(code), remark=remark, ext_fields=ext_fields, body=body, language=LanguageCode.JAVA)
+    # Positional (code, opaque, flag, remark, ext_fields, body, language), and a ResponseCode member made a
+    # plain int: every pull answer is built here, and keywords cost 2.6x (660 against 250 ns).
+    return RemotingCommand(code if code.__class__ is int else int(code), 0, 0, remark, ext_fields, body, _JAVA)
 
 
 def decode_header(cls: type[H], cmd: RemotingCommand) -> H:
