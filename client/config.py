@@ -88,10 +88,11 @@ class ClientConfig(BaseModel):
     vip_channel_enabled: bool = False
     unit_mode: bool = False
     # Not in RocketMQ: after a read or write on a broker or NameServer connection, keep the event loop
-    # polling for this many microseconds before it sleeps (remoting.idle_poll), so an answer is read
-    # without waking a sleeping process: one-at-a-time sync sends go ~1.7x as fast on a VM. Burns up to
-    # that much of the loop's CPU after each exchange, so off (0) by default; meant for an asyncio
-    # application whose loop is the client's (with client.sync the loop thread would contend for the GIL).
+    # polling for up to this many microseconds before it sleeps (remoting.idle_poll: a ceiling, the window
+    # adapts to the gaps between answers), so an answer is read without waking a sleeping process:
+    # one-at-a-time sync sends go ~1.7x as fast on a VM. Burns up to that much of the loop's CPU after
+    # each exchange, so off (0) by default; meant for an asyncio application whose loop is the client's
+    # (with client.sync the loop thread would contend for the GIL). Off by itself on fewer than 2 CPUs.
     idle_poll_us: int = 0
 
     @field_validator(

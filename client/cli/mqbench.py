@@ -363,7 +363,8 @@ def _common(f: Any) -> Any:
     f = click.option("--json", "json_out", is_flag=True, help="JSON lines instead of text")(f)
     f = click.option("--e2e", is_flag=True, help="end-to-end latency (producer stamps, consumer measures)")(f)
     f = click.option("--idle-poll-us", "idle_poll_us", type=click.IntRange(0, 100_000), default=0, show_default=True,
-                     help="client idle polling after each exchange, microseconds (ClientConfig.idle_poll_us)")(f)
+                     help="client idle polling after each exchange, up to this many microseconds "
+                          "(ClientConfig.idle_poll_us; the window adapts to the gaps between answers)")(f)
     return f
 
 
