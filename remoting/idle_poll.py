@@ -55,18 +55,19 @@ def cgroup_cpu_limit(proc_cgroup: str = "/proc/self/cgroup", fs_root: str = "/sy
         if len(parts) != 3:
             continue
         _, controllers, path = parts
-        if controllers == "":  # v2: one unified hierarchy
-            base, files = fs_root, ("cpu.max",)
+        v2 = controllers == ""  # v2: one unified hierarchy
+        if v2:
+            base = fs_root
         elif "cpu" in controllers.split(","):  # v1: the cpu controller's own mount (often cpu,cpuacct)
             base = os.path.join(fs_root, controllers)
             if not os.path.isdir(base):
                 base = os.path.join(fs_root, "cpu")
-            files = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
         else:
             continue
+        base = os.path.normpath(base)
         d = os.path.normpath(os.path.join(base, path.lstrip("/")))
         while True:
-            limit = _read_cpu_quota(d, files)
+            limit = _read_cpu_quota(d, v2)
             if limit is not None:
                 limits.append(limit)
             if d == base or not d.startswith(base):
@@ -75,16 +76,19 @@ def cgroup_cpu_limit(proc_cgroup: str = "/proc/self/cgroup", fs_root: str = "/sy
     return min(limits) if limits else None
 
 
-def _read_cpu_quota(d: str, files: tuple[str, ...]) -> float | None:
+def _read_cpu_quota(d: str, v2: bool) -> float | None:
+    """The quota in CPUs set in cgroup directory d (v2 `cpu.max`: "QUOTA PERIOD" or "max PERIOD"; v1:
+    `cpu.cfs_quota_us`, -1 for none, and `cpu.cfs_period_us`), None for none or unreadable."""
+
+    def read(name: str) -> str:
+        with open(os.path.join(d, name), encoding="ascii") as f:
+            return f.read()
+
     try:
-        if len(files) == 1:
-            with open(os.path.join(d, files[0]), encoding="ascii") as f:
-                quota_s, period_s = f.read().split()[:2]
+        if v2:
+            quota_s, period_s = read("cpu.max").split()[:2]
         else:
-            with open(os.path.join(d, files[0]), encoding="ascii") as f:
-                quota_s = f.read().strip()
-            with open(os.path.join(d, files[1]), encoding="ascii") as f:
-                period_s = f.read().strip()
+            quota_s, period_s = read("cpu.cfs_quota_us").strip(), read("cpu.cfs_period_us").strip()
         if quota_s == "max" or int(quota_s) < 0:
             return None
         period = int(period_s)
@@ -118,14 +122,10 @@ class IdlePoller:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, window_us: int = 0) -> None:
         self._loop = loop
-        self._window_ns = 0  # the ceiling
-        self._cur_ns = 0  # the window in use
-        self._grow_start_ns = 0
-        self._last = 0
         self._spinning = False
         self.spins = 0  # loop turns spent spinning (for tests and stats)
         self.single_cpu = available_cpus() < 2
-        self.window_us = window_us
+        self.window_us = window_us  # sets the ceiling (_window_ns), the window in use (_cur_ns) and the rest
 
     @property
     def window_us(self) -> int:
@@ -134,8 +134,9 @@ class IdlePoller:
 
     @window_us.setter
     def window_us(self, value: int) -> None:
-        self._window_ns = 0 if self.single_cpu else checked_window_us(value) * 1000
-        self._cur_ns = self._window_ns  # a new ceiling starts in full (the gaps then adapt it)
+        checked_window_us(value)
+        self._window_ns = 0 if self.single_cpu else value * 1000  # the ceiling
+        self._cur_ns = self._window_ns  # the window in use: a new ceiling starts in full (the gaps adapt it)
         self._grow_start_ns = self._window_ns // 8
         self._last = 0
 
