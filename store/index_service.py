@@ -22,7 +22,7 @@ import structlog
 
 from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned, java_string_hash
 
-from .mapped_file import map_in_huge_pages, no_read_around
+from .mapped_file import OS_PAGE_SIZE, map_in_huge_pages, no_read_around, populate_for_write_blocking
 from .mapped_file_queue import remove_in_place
 from .results import QueryOffsetResult
 
@@ -39,6 +39,8 @@ _I32 = struct.Struct(">i")
 _INT_MIN = -(1 << 31)
 _INT_MAX = (1 << 31) - 1
 _MAX_RUN = 1024  # keys per put_key_hashes call (its struct grows with the count)
+# Entries kept faulted in ahead of the live file's writer: two 2 MiB folios, ~210 000 entries.
+ENTRIES_AHEAD = 4 * 1024 * 1024
 
 
 @functools.lru_cache(maxsize=80)
@@ -293,6 +295,31 @@ class IndexFile:
         self.flushed_end_timestamp = 0
         self._header_dirty = False
         self._closed = False
+        # File offset up to which the pages were faulted in for writing (the live file: header, slots, and
+        # the entries just ahead of the writer; see warm_range).
+        self.warmed_to = 0
+
+    def warm_range(self) -> tuple[int, int] | None:
+        """The next stretch of entries to fault in ahead of the writer (populate_blocking, on a thread), once
+        the writer is within half of ENTRIES_AHEAD of the end of what was; None when it is not. The stretch is
+        claimed: asked again, this says None. Each first write into a 2 MiB stretch of entries otherwise
+        zero-filled it in a fault on the event loop, every ~105 000 entries (0.4 ms; ~4 ms on a host that
+        has taken the memory back)."""
+        if self._closed or self.warmed_to >= self.file_size:
+            return None
+        pos = self._entries_pos + self.index_count * INDEX_SIZE
+        if pos + ENTRIES_AHEAD // 2 <= self.warmed_to:
+            return None
+        start = max(self.warmed_to, pos - pos % OS_PAGE_SIZE)
+        self.warmed_to = end = min(start + ENTRIES_AHEAD, self.file_size)
+        return start, end
+
+    def populate_blocking(self, start: int, end: int) -> bool:
+        """Fault [start, end) in for writing (mapped_file.populate_for_write_blocking): worker thread."""
+        if self._closed:
+            return False
+        self.warmed_to = max(self.warmed_to, min(end, self.file_size))
+        return populate_for_write_blocking(self.mm, start, end)
 
     def set_live(self, live: bool) -> None:
         """Huge pages while this is the file being written, 4 KiB pages once it is only read (see
@@ -322,6 +349,9 @@ class IndexFile:
             # fault: ~0.4 ms here, where its 512 faults of 4 KiB took ~3.6 ms in all.
             map_in_huge_pages(mm)
             f = cls(file_name, hash_slot_num, index_num, fd, mm)
+            # The header and slot table, here on the allocation thread: the first sends write slots all over
+            # them at once, and each first write into a 2 MiB stretch was a zero-filling fault on the loop.
+            f.populate_blocking(0, f._entries_pos + ENTRIES_AHEAD)
             if end_phy_offset > 0:
                 f.begin_phy_offset = f.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
@@ -601,6 +631,7 @@ class IndexService:
     # ------------------------------------------------------------------------------ load / recover
 
     def load_blocking(self) -> None:
+        _pair_tables()  # built here, at start-up (worker thread): the first keys' dispatch spent ~10 ms on it
         if not os.path.isdir(self.store_path):
             return
         names = []

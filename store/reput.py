@@ -419,8 +419,20 @@ class ReputMessageService:
                 store.store_checkpoint.logics_msg_timestamp = logics_ts
             if idx is not None:
                 idx.commit_header()
+                self._warm_index_ahead(idx)
             self.dispatched_count += done
         return done
+
+    def _warm_index_ahead(self, idx: IndexService) -> None:
+        """Fault in the live index file's next entries on the allocation thread when the writer nears the end
+        of those already faulted in (IndexFile.warm_range): not on the loop, in the writer's first write."""
+        files = idx.index_file_list
+        rng = files[-1].warm_range() if files else None
+        if rng is not None:
+            try:
+                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, files[-1].populate_blocking, *rng)
+            except RuntimeError:  # the executor shut down: the store is closing
+                pass
 
     def _dispatch_run_now(self, run: DispatchTuple, listeners: Any) -> int:
         """_dispatch_run without a coroutine for the common run: its ConsumeQueue units follow the queue's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import threading
@@ -14,7 +15,7 @@ from store.mapped_file import MappedFile, offset_to_file_name
 from store.mapped_file_queue import MappedFileQueue
 from store.message_store import DefaultMessageStore
 
-from .conftest import make_msg
+from .conftest import make_msg, small_config
 
 
 def test_file_name_is_20_digit_offset() -> None:
@@ -266,6 +267,112 @@ def test_only_the_live_index_file_is_in_huge_pages(tmp_path: Path) -> None:
     finally:
         for f in again.index_file_list:
             f.close_blocking()
+
+
+def _rss_kb(path: str) -> int:
+    """Resident kB of this process's mapping of `path` (proc(5) smaps "Rss")."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(" " + path):
+            for rest in lines[i + 1:]:
+                if rest.startswith("Rss:"):
+                    return int(rest.split()[1])
+    raise AssertionError(f"{path} is not mapped")
+
+
+def _can_populate_for_write() -> bool:
+    from store.mapped_file import populate_for_write_blocking
+
+    m = mmap.mmap(-1, 8192)
+    try:
+        return populate_for_write_blocking(m, 0, 8192)
+    finally:
+        m.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
+                    reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+def test_new_index_file_is_faulted_in_by_the_creating_thread(tmp_path: Path) -> None:
+    """IndexFile.create_blocking (the allocation thread) faults in the header, the whole hash slot table and
+    the first ENTRIES_AHEAD of entries, so the event loop's first writes there take no zero-filling fault;
+    the rest of the (sparse) file stays out. The contents stay zeros and the file stays usable."""
+    from store.index_service import ENTRIES_AHEAD, INDEX_HEADER_SIZE, IndexFile
+
+    slots, entries = 1 << 20, 1 << 20  # a 4 MiB slot table, 20 MiB of entries
+    path = str(tmp_path / "index" / "20261123000000000")
+    f = IndexFile.create_blocking(path, slots, entries, 0, 0)
+    try:
+        warm = INDEX_HEADER_SIZE + slots * 4 + ENTRIES_AHEAD
+        assert f.warmed_to == warm
+        rss = _rss_kb(path) * 1024
+        assert warm - 4096 <= rss <= warm + 2 * 1024 * 1024  # (huge folios may round it up to 2 MiB)
+        assert rss < f.file_size // 2
+        assert f.mm[:INDEX_HEADER_SIZE] != bytes(INDEX_HEADER_SIZE)  # the header is written ...
+        assert f.mm[INDEX_HEADER_SIZE:warm] == bytes(warm - INDEX_HEADER_SIZE)  # ... the rest still zeros
+        assert f.put_key("T#k1", 1000, 1763800000000)
+        found: list[int] = []
+        f.select_phy_offsets(found, "T#k1", 4, 0, 1 << 62)
+        assert found == [1000]
+    finally:
+        f.close_blocking()
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
+                    reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+def test_index_entries_are_faulted_in_ahead_of_the_writer(tmp_path: Path) -> None:
+    """warm_range hands out the next ENTRIES_AHEAD of entries once the writer is within half of it of what
+    was faulted in, once (claimed), and never past the file's end; populate_blocking faults that in."""
+    from store.index_service import ENTRIES_AHEAD, INDEX_SIZE, IndexFile
+
+    path = str(tmp_path / "index" / "20261123000000000")
+    f = IndexFile.create_blocking(path, 1024, 1 << 20, 0, 0)  # 20 MiB of entries
+    try:
+        first = f.warmed_to
+        assert f.warm_range() is None  # the writer is at the start: far from the end of what is faulted in
+        entries_pos = first - ENTRIES_AHEAD
+        f.index_count = (ENTRIES_AHEAD // 2) // INDEX_SIZE + 1  # past the half: time for the next stretch
+        rng = f.warm_range()
+        assert rng == (first, first + ENTRIES_AHEAD)
+        assert f.warm_range() is None  # claimed
+        before = _rss_kb(path)
+        assert f.populate_blocking(*rng)
+        assert _rss_kb(path) - before >= ENTRIES_AHEAD // 1024 - 4
+        assert f.mm[rng[0]:rng[1]] == bytes(ENTRIES_AHEAD)
+        f.index_count = (f.file_size - entries_pos) // INDEX_SIZE - 1  # the writer near the file's end
+        rng = f.warm_range()
+        assert rng is not None and rng[1] == f.file_size
+        assert f.warm_range() is None
+    finally:
+        f.close_blocking()
+    assert f.warm_range() is None and not f.populate_blocking(0, 4096)  # closed
+
+
+async def test_dispatch_faults_in_the_live_index_files_next_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatcher asks the live index file for its next stretch after each round and has the allocation
+    thread fault it in: what is faulted in stays ahead of the writer as keys are added."""
+    import store.index_service as index_service
+
+    monkeypatch.setattr(index_service, "ENTRIES_AHEAD", 4096)  # ~200 entries: a stretch every ~100 keys
+    store = DefaultMessageStore(small_config(tmp_path / "store", maxHashSlotNum=1024, maxIndexNum=100_000))
+    await store.start()
+    try:
+        for i in range(600):
+            assert (await store.put_message(make_msg(body=b"x", uniq=f"U{i:06d}"))).is_ok
+            if i % 50 == 0:
+                assert await store.wait_dispatched(5)
+        assert await store.wait_dispatched(5)
+        f = store.index_service.index_file_list[-1]
+        assert f.index_count > 600
+        writer = f._entries_pos + f.index_count * index_service.INDEX_SIZE
+        for _ in range(100):  # the last stretch is faulted in on the allocation thread: bounded wait
+            if f.warmed_to > writer:
+                break
+            await asyncio.sleep(0.01)
+        assert writer < f.warmed_to <= writer + 4096 + 4096
+    finally:
+        await store.shutdown()
 
 
 class _AppendedMeanwhile(list):  # type: ignore[type-arg]
