@@ -22,7 +22,7 @@ import structlog
 
 from remoting.message import MessageConst, MessageSysFlag, java_hash_unsigned, java_string_hash
 
-from .mapped_file import OS_PAGE_SIZE, map_in_huge_pages, no_read_around, populate_for_write_blocking
+from .mapped_file import OS_PAGE_SIZE, map_in_huge_pages, no_read_around, populate_mapping_blocking
 from .mapped_file_queue import remove_in_place
 from .results import QueryOffsetResult
 
@@ -314,12 +314,14 @@ class IndexFile:
         self.warmed_to = end = min(start + ENTRIES_AHEAD, self.file_size)
         return start, end
 
-    def populate_blocking(self, start: int, end: int) -> bool:
-        """Fault [start, end) in for writing (mapped_file.populate_for_write_blocking): worker thread."""
+    def populate_blocking(self, start: int, end: int, *, write: bool = True) -> bool:
+        """Fault [start, end) in for writing, or (write=False) for reading without dirtying anything
+        (mapped_file.populate_mapping_blocking): worker thread."""
         if self._closed:
             return False
-        self.warmed_to = max(self.warmed_to, min(end, self.file_size))
-        return populate_for_write_blocking(self.mm, start, end)
+        if write:
+            self.warmed_to = max(self.warmed_to, min(end, self.file_size))
+        return populate_mapping_blocking(self.mm, start, end, write=write)
 
     def set_live(self, live: bool) -> None:
         """Huge pages while this is the file being written, 4 KiB pages once it is only read (see
@@ -651,7 +653,11 @@ class IndexService:
                 continue
             self.index_file_list.append(f)
         if self.index_file_list and self.index_file_list[-1].index_count < self.index_num:
-            self.index_file_list[-1].set_live(True)  # the one new entries go to
+            live = self.index_file_list[-1]
+            live.set_live(True)  # the one new entries go to
+            # Its slot table read in here (start-up, worker thread), not by the loop's first random slot
+            # accesses, each of which read a 2 MiB stretch from disk when the page cache was cold.
+            live.populate_blocking(0, live._entries_pos, write=False)
 
     def truncate_past_blocking(self, max_phy_offset: int) -> int | None:
         """The commit log now ends at `max_phy_offset`: drop index files holding entries at or past it

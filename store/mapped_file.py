@@ -336,15 +336,16 @@ def syncfs_blocking(path: str) -> bool:
         os.close(fd)
 
 
-def populate_for_write_blocking(mm: mmap.mmap, start: int, end: int) -> bool:
-    """Fault [start, end) of `mm` in as if written (MADV_POPULATE_WRITE), on the calling thread without
-    holding the GIL: the page cache is allocated and zero-filled (holes) or read, and the pages are mapped
-    writable, so the writer's first writes there take no fault. For a range the event loop is about to
+def populate_mapping_blocking(mm: mmap.mmap, start: int, end: int, *, write: bool = True) -> bool:
+    """Fault [start, end) of `mm` in as if written (MADV_POPULATE_WRITE), or with write=False as if read
+    (MADV_POPULATE_READ), on the calling thread without holding the GIL: the page cache is allocated and
+    zero-filled (holes) or read, and the pages mapped (writable, or read-only: a first write then takes a
+    write-protect fault, one per 2 MiB in huge pages, with nothing to read or zero-fill). For a range the event loop is about to
     write at random, such as a new IndexFile's hash slot table: each of its first writes into a 2 MiB stretch
     zero-filled it in a fault on the loop, 0.4 ms each on a quiet host and ~3 ms where the host has taken the
     memory back (a fresh broker's first sends stalled ~30 ms). The pages become dirty: the range is
-    written to disk once, as it would be anyway once written. False where it cannot be done (not Linux
-    5.14+, or the mapping closed)."""
+    written to disk once, as it would be anyway once written (write=False dirties nothing). False where it
+    cannot be done (not Linux 5.14+, or the mapping closed)."""
     lib = _libc()
     if lib is None:
         return False
@@ -357,7 +358,8 @@ def populate_for_write_blocking(mm: mmap.mmap, start: int, end: int) -> bool:
     except (TypeError, ValueError, BufferError):
         return False  # closed, or not writable
     try:
-        ok = lib.madvise(ctypes.addressof(anchor) + start, end - start, _MADV_POPULATE_WRITE) == 0
+        advice = _MADV_POPULATE_WRITE if write else _MADV_POPULATE_READ
+        ok = lib.madvise(ctypes.addressof(anchor) + start, end - start, advice) == 0
     finally:
         del anchor
     return ok

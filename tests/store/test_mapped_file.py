@@ -280,23 +280,39 @@ def _rss_kb(path: str) -> int:
     raise AssertionError(f"{path} is not mapped")
 
 
+def _dirty_kb(path: str) -> int:
+    """Dirty kB (shared and private) of this process's mapping of `path` (proc(5) smaps)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(" " + path):
+            total = 0
+            for rest in lines[i + 1:]:
+                if rest.startswith(("Shared_Dirty:", "Private_Dirty:")):
+                    total += int(rest.split()[1])
+                elif rest.startswith("VmFlags:"):
+                    return total
+    raise AssertionError(f"{path} is not mapped")
+
+
 def _can_populate_for_write() -> bool:
-    from store.mapped_file import populate_for_write_blocking
+    from store.mapped_file import populate_mapping_blocking
 
     m = mmap.mmap(-1, 8192)
     try:
-        return populate_for_write_blocking(m, 0, 8192)
+        return populate_mapping_blocking(m, 0, 8192)
     finally:
         m.close()
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
                     reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
-def test_new_index_file_is_faulted_in_by_the_creating_thread(tmp_path: Path) -> None:
+def test_live_index_file_is_faulted_in_by_the_creating_or_loading_thread(tmp_path: Path) -> None:
     """IndexFile.create_blocking (the allocation thread) faults in the header, the whole hash slot table and
     the first ENTRIES_AHEAD of entries, so the event loop's first writes there take no zero-filling fault;
-    the rest of the (sparse) file stays out. The contents stay zeros and the file stays usable."""
-    from store.index_service import ENTRIES_AHEAD, INDEX_HEADER_SIZE, IndexFile
+    the rest of the (sparse) file stays out. The contents stay zeros and the file stays usable. Loaded
+    again as the live file, its slot table is read in at load (from disk, the page cache dropped), dirtying
+    nothing."""
+    from store.index_service import ENTRIES_AHEAD, INDEX_HEADER_SIZE, IndexFile, IndexService
 
     slots, entries = 1 << 20, 1 << 20  # a 4 MiB slot table, 20 MiB of entries
     path = str(tmp_path / "index" / "20261123000000000")
@@ -313,8 +329,28 @@ def test_new_index_file_is_faulted_in_by_the_creating_thread(tmp_path: Path) -> 
         found: list[int] = []
         f.select_phy_offsets(found, "T#k1", 4, 0, 1 << 62)
         assert found == [1000]
+        f.commit_header()
     finally:
         f.close_blocking()
+    # Loaded as the live file (room left): its slot table is read in at load, without dirtying anything.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the page cache dropped: read from disk
+    finally:
+        os.close(fd)
+    svc = IndexService(str(tmp_path / "index"), slots, entries, 32)
+    svc.load_blocking()
+    try:
+        (live,) = svc.index_file_list
+        rss = _rss_kb(path) * 1024
+        assert INDEX_HEADER_SIZE + slots * 4 - 4096 <= rss < live.file_size // 2
+        assert _dirty_kb(path) == 0
+        found = []
+        live.select_phy_offsets(found, "T#k1", 4, 0, 1 << 62)
+        assert found == [1000]
+    finally:
+        live.close_blocking()
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
