@@ -302,6 +302,18 @@ def machine_info() -> dict[str, str]:
     return {"nproc": str(os.cpu_count()), "cpu": cpu, "ram": mem, "kernel": platform.release()}
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (short), "+ changes" when its tracked files differ from it; None outside git.
+    RESULTS.md names it: the code measured is that commit's, not whatever is committed with the file."""
+    if not shutil.which("git"):
+        return None
+    r = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    if r.returncode != 0:
+        return None
+    dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return r.stdout.strip() + (" + changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+
+
 def versions() -> dict[str, str]:
     # Which interpreter build ran the Python processes matters as much as its version (bench/README.md).
     v = {"python": f"{platform.python_version()} ({os.path.realpath(BASE_PY)})"}
@@ -311,6 +323,9 @@ def versions() -> dict[str, str]:
         v["this project"] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     except (OSError, KeyError, ValueError):
         pass
+    commit = git_commit()
+    if commit:
+        v["this project"] = f"{v.get('this project', '?')} at {commit}"
     r = sh(["redis-server", "--version"]) if shutil.which("redis-server") else None
     if r is not None:
         v["redis-server"] = next((p[2:] for p in r.stdout.split() if p.startswith("v=")), r.stdout.strip())
