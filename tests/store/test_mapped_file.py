@@ -175,15 +175,23 @@ async def test_slow_commit_log_preallocation_does_not_hold_up_dispatch(
         gate.set()
 
 
-def _vm_flags(path: str) -> list[str]:
-    """The kernel's VmFlags of this process's mapping of `path` (proc(5): "rr" = MADV_RANDOM)."""
+def _smaps(path: str) -> dict[str, list[str]]:
+    """The proc(5) smaps fields of this process's (first) mapping of `path`: name -> the words after it."""
     lines = Path("/proc/self/smaps").read_text().splitlines()
     for i, line in enumerate(lines):
         if line.endswith(" " + path):
+            fields: dict[str, list[str]] = {}
             for rest in lines[i + 1:]:
-                if rest.startswith("VmFlags:"):
-                    return rest.split()[1:]
+                name, _, value = rest.partition(":")
+                fields[name] = value.split()
+                if name == "VmFlags":  # the last field of a mapping
+                    return fields
     raise AssertionError(f"{path} is not mapped")
+
+
+def _vm_flags(path: str) -> list[str]:
+    """The kernel's VmFlags of this process's mapping of `path` (proc(5): "rr" = MADV_RANDOM)."""
+    return _smaps(path)["VmFlags"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
@@ -270,28 +278,14 @@ def test_only_the_live_index_file_is_in_huge_pages(tmp_path: Path) -> None:
 
 
 def _rss_kb(path: str) -> int:
-    """Resident kB of this process's mapping of `path` (proc(5) smaps "Rss")."""
-    lines = Path("/proc/self/smaps").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.endswith(" " + path):
-            for rest in lines[i + 1:]:
-                if rest.startswith("Rss:"):
-                    return int(rest.split()[1])
-    raise AssertionError(f"{path} is not mapped")
+    """Resident kB of this process's mapping of `path`."""
+    return int(_smaps(path)["Rss"][0])
 
 
 def _dirty_kb(path: str) -> int:
-    """Dirty kB (shared and private) of this process's mapping of `path` (proc(5) smaps)."""
-    lines = Path("/proc/self/smaps").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.endswith(" " + path):
-            total = 0
-            for rest in lines[i + 1:]:
-                if rest.startswith(("Shared_Dirty:", "Private_Dirty:")):
-                    total += int(rest.split()[1])
-                elif rest.startswith("VmFlags:"):
-                    return total
-    raise AssertionError(f"{path} is not mapped")
+    """Dirty kB (shared and private) of this process's mapping of `path`."""
+    fields = _smaps(path)
+    return int(fields["Shared_Dirty"][0]) + int(fields["Private_Dirty"][0])
 
 
 def _can_populate_for_write() -> bool:
