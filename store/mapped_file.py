@@ -339,21 +339,23 @@ def syncfs_blocking(path: str) -> bool:
 def populate_mapping_blocking(mm: mmap.mmap, start: int, end: int, *, write: bool = True) -> bool:
     """Fault [start, end) of `mm` in as if written (MADV_POPULATE_WRITE), or with write=False as if read
     (MADV_POPULATE_READ), on the calling thread without holding the GIL: the page cache is allocated and
-    zero-filled (holes) or read, and the pages mapped (writable, or read-only: a first write then takes a
-    write-protect fault, one per 2 MiB in huge pages, with nothing to read or zero-fill). For a range the event loop is about to
-    write at random, such as a new IndexFile's hash slot table: each of its first writes into a 2 MiB stretch
-    zero-filled it in a fault on the loop, 0.4 ms each on a quiet host and ~3 ms where the host has taken the
-    memory back (a fresh broker's first sends stalled ~30 ms). The pages become dirty: the range is
-    written to disk once, as it would be anyway once written (write=False dirties nothing). False where it
-    cannot be done (not Linux 5.14+, or the mapping closed)."""
+    zero-filled (holes) or read, and the pages mapped, writable or read-only (a first write then takes a
+    write-protect fault, one per 2 MiB in huge pages, with nothing to read or zero-fill).
+
+    For a range the event loop is about to write at random, such as a new IndexFile's hash slot table:
+    each of its first writes into a 2 MiB stretch zero-filled it in a fault on the loop, 0.4 ms each on a
+    quiet host and ~3 ms where the host has taken the memory back (a fresh broker's first sends stalled
+    ~30 ms). Written, the pages become dirty: the range goes to disk once, as it would anyway once used
+    (write=False dirties nothing). False where it cannot be done (not Linux 5.14+, the mapping closed or
+    read-only)."""
     lib = _libc()
     if lib is None:
         return False
     start -= start % OS_PAGE_SIZE
-    end = min(end, len(mm))
-    if end <= start:
-        return True
     try:
+        end = min(end, len(mm))
+        if end <= start:
+            return True
         anchor = ctypes.c_char.from_buffer(mm)  # the mapping's address (an export: mm cannot close meanwhile)
     except (TypeError, ValueError, BufferError):
         return False  # closed, or not writable
