@@ -319,8 +319,6 @@ class IndexFile:
         (mapped_file.populate_mapping_blocking): worker thread."""
         if self._closed:
             return False
-        if write:
-            self.warmed_to = max(self.warmed_to, min(end, self.file_size))
         return populate_mapping_blocking(self.mm, start, end, write=write)
 
     def set_live(self, live: bool) -> None:
@@ -353,7 +351,8 @@ class IndexFile:
             f = cls(file_name, hash_slot_num, index_num, fd, mm)
             # The header and slot table, here on the allocation thread: the first sends write slots all over
             # them at once, and each first write into a 2 MiB stretch was a zero-filling fault on the loop.
-            f.populate_blocking(0, f._entries_pos + ENTRIES_AHEAD)
+            f.warmed_to = min(f._entries_pos + ENTRIES_AHEAD, f.file_size)
+            f.populate_blocking(0, f.warmed_to)
             if end_phy_offset > 0:
                 f.begin_phy_offset = f.end_phy_offset = end_phy_offset
             if end_timestamp > 0:

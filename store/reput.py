@@ -427,10 +427,11 @@ class ReputMessageService:
         """Fault in the live index file's next entries on the allocation thread when the writer nears the end
         of those already faulted in (IndexFile.warm_range): not on the loop, in the writer's first write."""
         files = idx.index_file_list
-        rng = files[-1].warm_range() if files else None
+        live = files[-1] if files else None
+        rng = live.warm_range() if live is not None else None
         if rng is not None:
             try:
-                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, files[-1].populate_blocking, *rng)
+                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, live.populate_blocking, *rng)  # type: ignore[union-attr]
             except RuntimeError:  # the executor shut down: the store is closing
                 pass
 
