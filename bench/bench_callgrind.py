@@ -63,6 +63,17 @@ def _as_producer_sends(cmd: Any) -> Any:
     return cmd
 
 
+def request_context() -> Any:
+    """A RequestContext for requests handed to a processor in-process, with what it reads of a connection."""
+    from remoting.connection import RequestContext
+
+    class Conn:
+        remote_addr = "127.0.0.1:54321"
+        closed = False
+
+    return RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
+
+
 def build_frames(requests: list[Any], group: int) -> list[bytes]:
     """The requests encoded, `group` frames joined per read (as pipelined sends arrive)."""
     from remoting.codec import encode
@@ -120,11 +131,6 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
     from remoting.codec import FrameDecoder
-    from remoting.connection import RequestContext
-
-    class Conn:  # what RequestContext reads of a connection
-        remote_addr = "127.0.0.1:54321"
-        closed = False
 
     store_dir = tempfile.mkdtemp(prefix="bench-callgrind-")
     cfg = BrokerConfig.from_values({
@@ -142,7 +148,7 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         for t in names:
             c.topic_config_manager.update_topic_config(TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4))
         proc = c.send_message_processor
-        ctx = RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
+        ctx = request_context()
         reput = c.message_store.reput_message_service
         group = group or GROUP[workload]
         # Every queue of every topic once (single sends), so no timed run creates a queue file.

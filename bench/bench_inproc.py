@@ -40,11 +40,6 @@ async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
     from remoting.codec import FrameDecoder
-    from remoting.connection import RequestContext
-
-    class Conn:  # what RequestContext reads of a connection
-        remote_addr = "127.0.0.1:54321"
-        closed = False
 
     store_dir = tempfile.mkdtemp(prefix="bench-inproc-")
     cfg = BrokerConfig.from_values({
@@ -59,7 +54,7 @@ async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple
             c.topic_config_manager.update_topic_config(TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4))
         proc = c.send_message_processor
         reput = c.message_store.reput_message_service
-        ctx = RequestContext(Conn(), time.monotonic())  # type: ignore[arg-type]
+        ctx = harness.request_context()
         decoder = FrameDecoder()
         seq = 0
 

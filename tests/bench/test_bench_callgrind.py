@@ -4,15 +4,14 @@ requests decode as our producer's sends do."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from remoting.codec import FrameDecoder
+from tests.support.bench_scripts import load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_callgrind.py"
 
@@ -29,20 +28,12 @@ def test_child_run_stores_its_requests(workload: str, flush: str, topics: int, t
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def _harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_callgrind_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize(("workload", "topics"), [("single", 3), ("batch", 1)])
 def test_frames_take_the_producers_send_path(workload: str, topics: int) -> None:
     """The harness's requests reach the send processor as our producer's do: decoded by the broker's frame
     decoder with their constant header part memoized (a SendFixed) and the born timestamp and properties
     read apart (send_gi), which is the path whose cost the harness is there to count."""
-    harness = _harness()
+    harness = load_bench_script("bench_callgrind")
     reads = harness.build_frames(harness.build_requests(workload, 6, 0, topics), 4)
     assert len(reads) == 2  # 4 frames, then 2
     decoder = FrameDecoder()

@@ -7,19 +7,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_inproc.py"
 
 
-def test_both_sides_are_timed_round_by_round() -> None:
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--topics", "20", "--rounds", "2", "--per", "400", "--group", "8", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
+def _run(*args: str) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, str(SCRIPT), *args, "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_both_sides_are_timed_round_by_round() -> None:
+    out = _run("--topics", "20", "--rounds", "2", "--per", "400", "--group", "8")
     assert out["topics"] == 20
     assert set(out["rounds"]) == {"one", "many"}
     for side in ("one", "many"):
@@ -31,12 +33,7 @@ def test_both_sides_are_timed_round_by_round() -> None:
 
 
 def test_one_side_alone() -> None:
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--topics", "20", "--rounds", "1", "--per", "200", "--side", "many", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = _run("--topics", "20", "--rounds", "1", "--per", "200", "--side", "many")
     assert list(out["rounds"]) == ["many"] and "ratio" not in out
 
 

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "compare.py"
+from tests.support.bench_scripts import load_bench_script
 
 
 def load_compare() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_compare", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench_script("compare")
 
 
 def test_steal_percent_is_the_steal_share_of_all_cpu_time() -> None:
