@@ -134,7 +134,7 @@ class IdlePoller:
 
     @window_us.setter
     def window_us(self, value: int) -> None:
-        checked_window_us(value)
+        value = checked_window_us(value)
         self._window_ns = 0 if self.single_cpu else value * 1000  # the ceiling
         self._cur_ns = self._window_ns  # the window in use: a new ceiling starts in full (the gaps adapt it)
         self._grow_start_ns = self._window_ns // 8

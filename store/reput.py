@@ -427,13 +427,13 @@ class ReputMessageService:
         """Fault in the live index file's next entries on the allocation thread when the writer nears the end
         of those already faulted in (IndexFile.warm_range): not on the loop, in the writer's first write."""
         files = idx.index_file_list
-        live = files[-1] if files else None
-        rng = live.warm_range() if live is not None else None
-        if rng is not None:
-            try:
-                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, live.populate_blocking, *rng)  # type: ignore[union-attr]
-            except RuntimeError:  # the executor shut down: the store is closing
-                pass
+        rng = files[-1].warm_range() if files else None
+        if rng is None:
+            return
+        try:
+            asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, files[-1].populate_blocking, *rng)
+        except RuntimeError:  # the executor shut down: the store is closing
+            pass
 
     def _dispatch_run_now(self, run: DispatchTuple, listeners: Any) -> int:
         """_dispatch_run without a coroutine for the common run: its ConsumeQueue units follow the queue's

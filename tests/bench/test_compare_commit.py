@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_compare_steal import load_compare
+from tests.support.bench_scripts import load_bench_script
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -18,7 +18,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_commit_then_changes_then_no_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    compare = load_compare()
+    compare = load_bench_script("compare")
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from tests.support.bench_scripts import load_bench_script
 
 
-def load_compare() -> ModuleType:
-    return load_bench_script("compare")
-
-
 def test_steal_percent_is_the_steal_share_of_all_cpu_time() -> None:
-    c = load_compare()
+    c = load_bench_script("compare")
     assert c.steal_percent((100, 10_000), (150, 11_000)) == 5.0
     assert c.steal_percent((100, 10_000), (100, 12_000)) == 0.0
     assert c.steal_percent(None, (1, 2)) is None
@@ -26,7 +21,7 @@ def test_steal_percent_is_the_steal_share_of_all_cpu_time() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat is Linux's")
 def test_cpu_ticks_reads_proc_stat() -> None:
-    c = load_compare()
+    c = load_bench_script("compare")
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]  # user .. steal
     steal, total = c.cpu_ticks()  # read after: counters only grow
     assert 0 <= steal <= total and steal >= fields[7] and total >= sum(fields)
@@ -37,7 +32,7 @@ def test_cpu_since_charges_the_busy_process_not_the_idle_one() -> None:
     import subprocess
     import time
 
-    c = load_compare()
+    c = load_bench_script("compare")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

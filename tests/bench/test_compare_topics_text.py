@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from tests.bench.test_compare_steal import load_compare
+from tests.support.bench_scripts import load_bench_script
 
 
 def test_topics_target_names_the_median_ratio_and_each_run() -> None:
-    c = load_compare()
+    c = load_bench_script("compare")
     runs = [
         {"msgs_s": 61192.2, "ratio": 0.897, "single_msgs_s": 68206.6, "single_broker_cpu_us": 13.8,
          "many_broker_cpu_us": 16.4},

@@ -298,8 +298,11 @@ def _can_populate_for_write() -> bool:
         m.close()
 
 
-@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
-                    reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+needs_populate_write = pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
+                                          reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+
+
+@needs_populate_write
 def test_live_index_file_is_faulted_in_by_the_creating_or_loading_thread(tmp_path: Path) -> None:
     """IndexFile.create_blocking (the allocation thread) faults in the header, the whole hash slot table and
     the first ENTRIES_AHEAD of entries, so the event loop's first writes there take no zero-filling fault;
@@ -347,8 +350,7 @@ def test_live_index_file_is_faulted_in_by_the_creating_or_loading_thread(tmp_pat
         live.close_blocking()
 
 
-@pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
-                    reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+@needs_populate_write
 def test_index_entries_are_faulted_in_ahead_of_the_writer(tmp_path: Path) -> None:
     """warm_range hands out the next ENTRIES_AHEAD of entries once the writer is within half of it of what
     was faulted in, once (claimed), and never past the file's end; populate_blocking faults that in."""
