@@ -362,6 +362,8 @@ class GroupCommitService(FlushCommitLogService):
 # thorough round (every 60 s, every queue with anything unflushed) was 4 000 fdatasyncs, each its own
 # journal commit: 0.7-0.8 s of CPU in a burst, against 35-70 ms for one syncfs.
 SYNCFS_MIN_FILES = 64
+# Consume queues a flush round looks at (or marks flushed) per loop turn: ~0.1-0.3 ms of the loop each.
+FLUSH_SLICE_QUEUES = 256
 
 
 class FlushConsumeQueueService:
@@ -405,13 +407,21 @@ class FlushConsumeQueueService:
         # Queues with files created since their directory was last synced. Counted after logics_ts is
         # taken: a file holding a unit dispatched by then was counted before that unit was written.
         dir_targets: list[tuple[MappedFileQueue, int]] = []
-        for qmap in list(store.consume_queue_table.values()):
-            for cq in list(qmap.values()):
-                cq_targets.extend(_cq_flush_targets(cq, flush_least_pages))
+        # Every queue is looked at, a slice per loop turn: with 2 000 topics x 4 queues one pass took
+        # 9-36 ms of the loop every second, and sends and pulls waited behind it (e2e p99 8-11 ms).
+        queues = [cq for qmap in list(store.consume_queue_table.values()) for cq in qmap.values()]
+        for start in range(0, len(queues), FLUSH_SLICE_QUEUES):
+            if start:
+                await asyncio.sleep(0)
+            for cq in queues[start : start + FLUSH_SLICE_QUEUES]:
                 mfq = cq.mapped_file_queue
                 n = mfq.dir_creates
                 if n != mfq.dir_synced:
                     dir_targets.append((mfq, n))
+                tail = cq.tail_file
+                if tail is not None and mfq.flushed_where == tail.file_from_offset + tail.wrote_position:
+                    continue  # nothing written since its last flush (the common case: most queues idle)
+                cq_targets.extend(_cq_flush_targets(cq, flush_least_pages))
         idx_targets: list[tuple[IndexFile, int, int]] = []
         if store.index_service is not None:
             idx_targets = store.index_service.flush_snapshot()
@@ -447,8 +457,11 @@ class FlushConsumeQueueService:
             await asyncio.get_running_loop().run_in_executor(store.flush_executor, work)
             for dmfq, n in dir_targets:
                 dmfq.dir_synced = n
-            for mfq, mf, wp in cq_targets:
-                mfq.flush_done(mf, wp, 0)
+            for start in range(0, len(cq_targets), FLUSH_SLICE_QUEUES):
+                if start:
+                    await asyncio.sleep(0)
+                for mfq, mf, wp in cq_targets[start : start + FLUSH_SLICE_QUEUES]:
+                    mfq.flush_done(mf, wp, 0)
             for f, count, ts in idx_targets:
                 f.flushed_index_count = count
                 f.flushed_end_timestamp = ts
