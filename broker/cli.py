@@ -23,6 +23,33 @@ log = structlog.get_logger("broker")
 SHUTDOWN_BUDGET_S = 8.5
 
 
+def raise_open_files_limit() -> tuple[int, int] | None:
+    """Raise the soft limit on open files to the hard one, as the JVM does at start (-XX:+MaxFDLimit),
+    which RocketMQ's brokers rely on: every ConsumeQueue and CommitLog file keeps its descriptor open
+    (for its fsyncs), so with 4 queues a topic a soft limit of 1 024 -- the usual default -- runs out at a
+    couple of hundred topics, and dispatch then stops on EMFILE for every topic. Returns (soft, hard)
+    afterwards, None where there is no such limit."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:
+        try:  # Linux refuses more than fs.nr_open
+            with open("/proc/sys/fs/nr_open") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            return soft, hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (OSError, ValueError):
+            pass
+    return soft, hard
+
+
 def load_config(config_file: str | None, namesrv_addr: str | None) -> BrokerConfig:
     values: dict[str, str] = {}
     source = "command line"
@@ -76,6 +103,9 @@ def cli(config_file: str | None, namesrv_addr: str | None, print_config: bool) -
         click.echo(cfg.to_properties(), nl=False)
         return 0
     configure_logging()
+    limits = raise_open_files_limit()
+    if limits is not None:
+        log.info("open_files_limit", soft=limits[0], hard=limits[1])
     try:
         return run(serve(cfg, config_file))
     except ConfigError as e:

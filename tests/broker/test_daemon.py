@@ -393,3 +393,48 @@ def test_sigterm_without_namesrv_exits_zero(tmp_path: Path) -> None:
         assert f"addr=127.0.0.1:{port}" in line
     finally:
         assert d.terminate() == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/PID/limits")
+async def test_broker_raises_its_open_files_limit_and_keeps_dispatching_past_the_soft_one(
+    tmp_path: Path, namesrv: str
+) -> None:
+    """Every ConsumeQueue file keeps its descriptor open, as RocketMQ's do, and the JVM raises the soft
+    limit to the hard one at start. Started under a soft limit of 256, the broker serves 80 topics x 4
+    queues (320 queue files); it kept dispatching none of their messages once it ran out (EMFILE)."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.skip(f"hard limit on open files is {hard}")
+    port = free_port()
+    conf = write_conf(tmp_path / "fds.conf", {
+        "brokerName": "broker-fds", "brokerIP1": "127.0.0.1", "listenPort": port, "namesrvAddr": namesrv,
+        "storePathRootDir": str(tmp_path / "store-fds"), "mappedFileSizeCommitLog": 1 << 24,
+        "mappedFileSizeConsumeQueue": 20 * 1000, "maxHashSlotNum": 5000, "maxIndexNum": 20000,
+    })
+    low_soft = ("import os, resource, sys; h = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+                "resource.setrlimit(resource.RLIMIT_NOFILE, (256, h)); os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    d = Daemon("broker-fds", [PYTHON, "-c", low_soft, str(BIN / "mqbroker"), "-c", str(conf)])
+    c = RemotingClient()
+    try:
+        d.wait_for("listening", 30)
+        limits = Path(f"/proc/{d.pid}/limits").read_text().splitlines()
+        soft_now, hard_now = next(line for line in limits if line.startswith("Max open files")).split()[3:5]
+        assert soft_now == hard_now, limits
+        br = f"127.0.0.1:{port}"
+        for t in range(80):
+            for q in range(4):
+                r = await call(c, br, send_v1(f"Fds{t}", b"x", queue_id=q))
+                assert r.code == ResponseCode.SUCCESS, r.remark
+        deadline = time.monotonic() + 30
+        while True:  # the last queue's message dispatched: every queue file was made
+            p = await call(c, br, pull("Fds79", 3, 0, suspend_ms=1000))
+            if p.code == ResponseCode.SUCCESS or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert p.code == ResponseCode.SUCCESS and len(decode_messages(p.body)) == 1, (p.code, p.remark)
+        assert "EMFILE" not in d.output() and "Too many open files" not in d.output()
+    finally:
+        await c.close()
+        assert d.terminate() == 0
