@@ -493,7 +493,7 @@ def _on_one_filesystem(
     """Are all these files and directories on the filesystem of `root` (so one syncfs there covers them)?"""
     try:
         dev = os.stat(root).st_dev
-        return all(os.fstat(mf.fd).st_dev == dev for _mfq, mf, _wp in cq_targets) and all(
+        return all(mf.dev == dev for _mfq, mf, _wp in cq_targets) and all(
             os.stat(dmfq.store_path).st_dev == dev for dmfq, _n in dir_targets
         )
     except OSError:  # a file closed meanwhile, a directory gone: the file-by-file way

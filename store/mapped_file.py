@@ -44,12 +44,13 @@ class MappedFile:
         "mv",
         "warmed_at",
         "_fd",
+        "dev",
         "_closed",
         "_warm_addr",
         "_warm_lock",
     )
 
-    def __init__(self, file_name: str, file_size: int, fd: int, mm: mmap.mmap) -> None:
+    def __init__(self, file_name: str, file_size: int, fd: int, mm: mmap.mmap, *, keep_fd: bool = True) -> None:
         self.file_name = file_name
         self.file_from_offset = int(os.path.basename(file_name))
         self.file_size = file_size
@@ -61,6 +62,13 @@ class MappedFile:
         # Read-only base view: slices handed to readers can't scribble on the mapping.
         self.mv = memoryview(mm).toreadonly()
         self.warmed_at = 0.0  # time.monotonic() when the CommitLog warm-ahead had read it all in, else 0
+        self.dev = os.fstat(fd).st_dev  # the filesystem it is on (one syncfs covers a set: flush.py)
+        # keep_fd=False: the descriptor is closed now and what needs one (fsync, pwrite, truncation)
+        # opens the file for that call. Python's mmap keeps a duplicate of the descriptor it was made
+        # from, so keeping ours too is two open files per mapped file (Java's MappedFile holds one).
+        if not keep_fd:
+            os.close(fd)
+            fd = -1
         self._fd = fd
         self._closed = False
         self._warm_addr = 0  # a second, read-only mapping of the file for populate_blocking (0: none yet)
@@ -71,7 +79,7 @@ class MappedFile:
     @classmethod
     def create_blocking(
         cls, file_name: str, file_size: int, *, preallocate: bool = True,
-        random_access: bool = False, sync_dir: bool = True,
+        random_access: bool = False, sync_dir: bool = True, keep_fd: bool = True,
     ) -> MappedFile:
         """Create (atomically: temp name + rename) and map a new zero-filled file.
 
@@ -107,12 +115,14 @@ class MappedFile:
             except OSError:
                 pass
             raise
-        mf = cls(file_name, file_size, fd, mm)
+        mf = cls(file_name, file_size, fd, mm, keep_fd=keep_fd)
         log.debug("mapped_file_created", file=file_name, size=file_size)
         return mf
 
     @classmethod
-    def open_blocking(cls, file_name: str, file_size: int, *, random_access: bool = False) -> MappedFile:
+    def open_blocking(
+        cls, file_name: str, file_size: int, *, random_access: bool = False, keep_fd: bool = True
+    ) -> MappedFile:
         fd = os.open(file_name, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
@@ -126,7 +136,7 @@ class MappedFile:
         except BaseException:
             os.close(fd)
             raise
-        return cls(file_name, file_size, fd, mm)
+        return cls(file_name, file_size, fd, mm, keep_fd=keep_fd)
 
     @property
     def is_closed(self) -> bool:
@@ -152,10 +162,11 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             pass  # exported slices keep the mapping alive; it is unmapped when they are collected
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
 
     def populate_blocking(self, start: int, end: int) -> int | None:
         """Fault [start, end) of the file into a read-only mapping of its own, on the calling thread,
@@ -174,6 +185,8 @@ class MappedFile:
         with self._warm_lock:
             if self._closed:
                 return 0
+            if self._fd < 0:
+                return None  # (a file kept without its descriptor: ConsumeQueues, never warmed)
             addr = self._warm_addr
             if not addr:
                 addr = lib.mmap(None, self.file_size, mmap.PROT_READ, mmap.MAP_SHARED, self._fd, 0)
@@ -254,8 +267,25 @@ class MappedFile:
     def fsync_blocking(self) -> None:
         """fdatasync on the file: on Linux it also writes back pages dirtied through the shared mapping,
         and unlike mmap.flush it releases the GIL while it waits."""
-        if not self._closed:
+        if self._closed:
+            return
+        if self._fd >= 0:
             os.fdatasync(self._fd)
+            return
+        try:
+            fd = os.open(self.file_name, os.O_RDONLY)
+        except FileNotFoundError:
+            return  # destroyed meanwhile: nothing of it to make durable
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_fd(self) -> tuple[int, bool]:
+        """A descriptor to write through, and whether the caller must close it."""
+        if self._fd >= 0:
+            return self._fd, False
+        return os.open(self.file_name, os.O_RDWR), True
 
     def allocate_page_blocking(self, pos: int) -> None:
         """Give the (still all-zero) page holding `pos` a disk block and a page-cache page by writing its
@@ -264,19 +294,29 @@ class MappedFile:
         file on ext4 under load, with the loop (and the GIL) waiting."""
         start = pos - pos % OS_PAGE_SIZE
         if 0 <= start < self.file_size and not self._closed:
-            os.pwrite(self._fd, bytes(min(OS_PAGE_SIZE, self.file_size - start)), start)
+            fd, owned = self._write_fd()
+            try:
+                os.pwrite(fd, bytes(min(OS_PAGE_SIZE, self.file_size - start)), start)
+            finally:
+                if owned:
+                    os.close(fd)
 
     def zero_tail_blocking(self, from_pos: int) -> None:
         """Zero [from_pos, end): shrink then regrow (a hole reads as zeros), so stale records past a
         truncation point can never be rediscovered by a later recovery."""
         if from_pos >= self.file_size:
             return
-        os.ftruncate(self._fd, from_pos)
-        os.ftruncate(self._fd, self.file_size)
+        fd, owned = self._write_fd()
         try:
-            os.posix_fallocate(self._fd, from_pos, self.file_size - from_pos)
-        except OSError:
-            pass  # sparse is fine
+            os.ftruncate(fd, from_pos)
+            os.ftruncate(fd, self.file_size)
+            try:
+                os.posix_fallocate(fd, from_pos, self.file_size - from_pos)
+            except OSError:
+                pass  # sparse is fine
+        finally:
+            if owned:
+                os.close(fd)
 
     def last_modified_timestamp_blocking(self) -> int:
         try:

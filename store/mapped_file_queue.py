@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 class MappedFileQueue:
     def __init__(
         self, store_path: str, mapped_file_size: int, *, preallocate: bool = True,
-        random_access: bool = False, defer_dir_sync: bool = False,
+        random_access: bool = False, defer_dir_sync: bool = False, keep_fd: bool = True,
         on_last_file: Callable[[MappedFile | None], None] | None = None,
     ) -> None:
         self.store_path = store_path
@@ -37,6 +37,7 @@ class MappedFileQueue:
         self.dir_creates = 0
         self.dir_synced = 0
         self.random_access = random_access  # mapped_file.no_read_around on every file (ConsumeQueues)
+        self.keep_fd = keep_fd  # see MappedFile's keep_fd
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
         self.mapped_files: list[MappedFile] = []
@@ -60,7 +61,8 @@ class MappedFileQueue:
         names.sort()
         for name in names:
             mf = MappedFile.open_blocking(
-                os.path.join(self.store_path, name), self.mapped_file_size, random_access=self.random_access
+                os.path.join(self.store_path, name), self.mapped_file_size, random_access=self.random_access,
+                keep_fd=self.keep_fd,
             )
             mf.wrote_position = self.mapped_file_size
             mf.flushed_position = self.mapped_file_size
@@ -72,7 +74,7 @@ class MappedFileQueue:
         path = os.path.join(self.store_path, offset_to_file_name(start_offset))
         mf = MappedFile.create_blocking(
             path, self.mapped_file_size, preallocate=self.preallocate,
-            random_access=self.random_access, sync_dir=not self.defer_dir_sync,
+            random_access=self.random_access, sync_dir=not self.defer_dir_sync, keep_fd=self.keep_fd,
         )
         if self.defer_dir_sync:
             self.dir_creates += 1  # before the file is added to the list, i.e. before any unit is in it

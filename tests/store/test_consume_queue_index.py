@@ -6,6 +6,8 @@ import os
 import struct
 from pathlib import Path
 
+import pytest
+
 from remoting.message import java_string_hash
 from store.consume_queue import ConsumeQueue
 from store.index_service import INDEX_HEADER_SIZE, IndexFile, IndexService, index_key_hash
@@ -59,6 +61,35 @@ def test_cq_recover_and_truncate(tmp_path: Path) -> None:
     mf = cq2.mapped_file_queue.mapped_files[-1]
     assert bytes(mf.mm[60:]) == b"\x00" * (200 - 60)  # the tail is zeroed, a later recovery can't see it
     cq2.close_blocking()
+
+
+def _open_descriptors_of(path: Path) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc/self/fd")
+def test_cq_files_hold_one_descriptor_each_and_still_sync_and_truncate(tmp_path: Path) -> None:
+    """Python's mmap keeps a duplicate of the descriptor it maps: keeping ours too made every queue file
+    two open files, and a broker ran out of them at half the topics. A ConsumeQueue keeps only the
+    mapping's; what needs a descriptor of its own opens the file for the call."""
+    cq = new_cq(tmp_path)
+    for i in range(25):
+        put(cq, i)
+    files = [tmp_path / "cq" / "T" / "3" / f for f in sorted(os.listdir(tmp_path / "cq" / "T" / "3"))]
+    assert len(files) == 3 and [_open_descriptors_of(f) for f in files] == [1, 1, 1]
+    mfq = cq.mapped_file_queue
+    assert mfq.flush_blocking(0) is False and mfq.flushed_where == 200  # fdatasync through a fresh descriptor
+    cq.truncate_dirty_logic_files_blocking(12500)  # ftruncate / fallocate through one
+    assert cq.get_max_offset_in_queue() == 13
+    assert [_open_descriptors_of(f) for f in files[:2]] == [1, 1] and _open_descriptors_of(files[2]) == 0
+    cq.close_blocking()
+    assert [_open_descriptors_of(f) for f in files[:2]] == [0, 0]
 
 
 def test_cq_min_offset_correction_and_expiry(tmp_path: Path) -> None:
