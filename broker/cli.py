@@ -25,10 +25,10 @@ SHUTDOWN_BUDGET_S = 8.5
 
 def raise_open_files_limit() -> tuple[int, int] | None:
     """Raise the soft limit on open files to the hard one, as the JVM does at start (-XX:+MaxFDLimit),
-    which RocketMQ's brokers rely on: every ConsumeQueue and CommitLog file keeps its descriptor open
-    (for its fsyncs), so with 4 queues a topic a soft limit of 1 024 -- the usual default -- runs out at a
-    couple of hundred topics, and dispatch then stops on EMFILE for every topic. Returns (soft, hard)
-    afterwards, None where there is no such limit."""
+    which RocketMQ's brokers rely on: every ConsumeQueue and CommitLog file keeps a descriptor open (its
+    mapping's), so with 4 queues a topic a soft limit of 1 024 -- the usual default -- runs out at a couple
+    of hundred topics, and dispatch then stops on EMFILE for every topic. Returns (soft, hard) afterwards,
+    None where there is no such limit."""
     try:
         import resource
     except ImportError:  # pragma: no cover - not POSIX
