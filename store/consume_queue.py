@@ -132,7 +132,7 @@ class ConsumeQueue:
                 continue
             mf.wrote_position = keep
             mf.flushed_position = min(mf.flushed_position, keep)
-            mf.zero_tail_blocking(keep)
+            mf.zero_tail_blocking(keep, allocate=mfq.preallocate)
             break
         if self.max_physic_offset < 0:
             last = mfq.get_last_mapped_file()

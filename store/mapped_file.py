@@ -301,19 +301,22 @@ class MappedFile:
                 if owned:
                     os.close(fd)
 
-    def zero_tail_blocking(self, from_pos: int) -> None:
+    def zero_tail_blocking(self, from_pos: int, *, allocate: bool = True) -> None:
         """Zero [from_pos, end): shrink then regrow (a hole reads as zeros), so stale records past a
-        truncation point can never be rediscovered by a later recovery."""
+        truncation point can never be rediscovered by a later recovery. allocate: give the hole disk
+        blocks again (a preallocated file); False leaves a sparse file sparse (ConsumeQueues: each
+        restart allocated every queue's whole file, 24 GB for 1 000 topics x 4 queues)."""
         if from_pos >= self.file_size:
             return
         fd, owned = self._write_fd()
         try:
             os.ftruncate(fd, from_pos)
             os.ftruncate(fd, self.file_size)
-            try:
-                os.posix_fallocate(fd, from_pos, self.file_size - from_pos)
-            except OSError:
-                pass  # sparse is fine
+            if allocate:
+                try:
+                    os.posix_fallocate(fd, from_pos, self.file_size - from_pos)
+                except OSError:
+                    pass  # sparse is fine
         finally:
             if owned:
                 os.close(fd)

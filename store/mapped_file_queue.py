@@ -208,7 +208,7 @@ class MappedFileQueue:
                     pos = offset % self.mapped_file_size
                     mf.wrote_position = pos
                     mf.flushed_position = pos
-                    mf.zero_tail_blocking(pos)
+                    mf.zero_tail_blocking(pos, allocate=self.preallocate)
                     keep.append(mf)
                 else:
                     mf.destroy_blocking()
