@@ -70,6 +70,11 @@ class ConfigManager(ABC):
     def encode(self) -> str:
         """The state as JSON text (called on the loop, so it is a consistent snapshot)."""
 
+    async def encode_on_loop(self) -> str:
+        """encode() for the background persist. A manager whose state grows with the broker's (consumer
+        offsets) overrides it to encode a slice per loop turn."""
+        return self.encode()
+
     @abstractmethod
     def decode(self, text: str) -> None:
         """Replace/merge state from JSON text; raise ValueError when it cannot be parsed."""
@@ -120,7 +125,7 @@ class ConfigManager(ABC):
     async def _persist_loop(self) -> None:
         while True:
             self._persist_again = False
-            text = self.encode()
+            text = await self.encode_on_loop()
             path = self.config_file_path()
             try:
                 await asyncio.to_thread(atomic_write_text, path, text)

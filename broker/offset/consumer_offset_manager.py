@@ -5,6 +5,7 @@ File shape (RocketMQ's): {"offsetTable": {"<topic>@<group>": {"0": 12, "1": 7}}}
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,17 @@ from remoting import jsonutil
 log = structlog.get_logger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
+ENCODE_SLICE = 256  # keys encoded per loop turn by the background persist (~0.5-1 ms)
+
+
+def _offsets_entry(item: tuple[str, dict[int, int]]) -> str:
+    key, table = item
+    return f"\n    {json.dumps(key)}: {json.dumps({str(q): o for q, o in sorted(table.items())})}"
+
+
+def _offsets_document(entries: list[str]) -> str:
+    """The file as RocketMQ writes it, a key a line: {"offsetTable": {"<topic>@<group>": {"0": 12}, ...}}."""
+    return '{\n  "offsetTable": {' + ",".join(entries) + "\n  }\n}\n"
 
 
 def offset_key(topic: str, group: str) -> str:
@@ -137,8 +149,20 @@ class ConsumerOffsetManager(ConfigManager):
 
     def encode_snapshot(self) -> str:
         """The table as JSON without marking it persisted (admin reads)."""
-        table = {key: {str(q): o for q, o in sorted(t.items())} for key, t in self.offset_table.items()}
-        return json.dumps({"offsetTable": table}, indent=2)
+        return _offsets_document(list(map(_offsets_entry, self.offset_table.items())))
+
+    async def encode_on_loop(self) -> str:
+        """encode(), a slice of ENCODE_SLICE keys per loop turn: the table grows with topics x groups (4 000
+        keys of 4 queues: 17 ms as one json.dumps with indent, on the loop every flushConsumerOffsetInterval).
+        Offsets that move meanwhile are written as they are when their slice is encoded."""
+        self._dirty = False
+        items = list(self.offset_table.items())
+        entries: list[str] = []
+        for start in range(0, len(items), ENCODE_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            entries.extend(map(_offsets_entry, items[start : start + ENCODE_SLICE]))
+        return _offsets_document(entries)
 
     def decode(self, text: str) -> None:
         data = jsonutil.loads(text)
