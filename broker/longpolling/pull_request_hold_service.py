@@ -27,6 +27,7 @@ from remoting.loop import cancel_and_wait
 log = structlog.get_logger(__name__)
 
 LONG_POLLING_CHECK_INTERVAL_S = 5.0
+CHECK_SLICE = 512  # held queues re-checked per loop turn by the safety net
 
 
 class PullRequest:
@@ -143,7 +144,7 @@ class PullRequestHoldService:
             else:
                 await asyncio.sleep(self._short_polling_time_mills() / 1000.0)
             try:
-                self.check_hold_request()
+                await self.check_hold_request_sliced()
             except Exception:
                 log.exception("check_hold_request_failed")
 
@@ -253,6 +254,17 @@ class PullRequestHoldService:
         """Safety net: re-check every held queue against the store's max offset."""
         for topic, queue_id in list(self.pull_request_table):
             self.notify_message_arriving(topic, queue_id, self._max_offset(topic, queue_id))
+
+    async def check_hold_request_sliced(self) -> None:
+        """check_hold_request, CHECK_SLICE queues per loop turn: a consumer group on 4 000 topics holds a pull
+        on each of 16 000 queues, and one pass over them held the loop for ~11 ms every 5 s."""
+        keys = list(self.pull_request_table)
+        for start in range(0, len(keys), CHECK_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for topic, queue_id in keys[start : start + CHECK_SLICE]:
+                if (topic, queue_id) in self.pull_request_table:
+                    self.notify_message_arriving(topic, queue_id, self._max_offset(topic, queue_id))
 
     def on_channel_close(self, conn: RemotingConnection) -> None:
         for req in list(self._by_conn.get(conn, ())):

@@ -343,6 +343,46 @@ def held(conn: Any, topic: str, qid: int, offset: int, timeout_ms: int, sub: str
                        ExpressionMessageFilter.parse(sub), timeout_ms)
 
 
+async def test_the_safety_net_wakes_missed_arrivals_a_slice_of_queues_per_loop_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every 5 s the held queues are re-checked against the store (an arrival notice can be missed); with a
+    pull held on each of 16 000 queues one pass held the loop for ~11 ms, so it goes CHECK_SLICE a turn."""
+    import broker.longpolling.pull_request_hold_service as phs
+
+    monkeypatch.setattr(phs, "CHECK_SLICE", 4)
+    woken: list[PullRequest] = []
+    svc = PullRequestHoldService(woken.append, lambda t, q: 6 if t != "Quiet" else 5)
+    svc.start()
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.get_running_loop().create_task(ticker())
+    try:
+        conn = FakeConn("c")
+        reqs = [held(conn, f"T{i}", 0, 5, 10000) for i in range(10)] + [held(conn, "Quiet", 0, 5, 10000)]
+        for r in reqs:
+            assert svc.suspend_pull_request(r)
+        await asyncio.sleep(0)
+        before = turns
+        await svc.check_hold_request_sliced()
+        assert turns - before >= 2  # 11 queues, 4 a turn
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert sorted(r.topic for r in woken) == sorted(f"T{i}" for i in range(10))  # not the quiet one
+        assert svc.held == 1
+    finally:
+        stop = True
+        await task
+        await svc.stop()
+
+
 async def test_held_pull_woken_by_matching_arrival_only() -> None:
     woken: list[PullRequest] = []
     max_offsets = {("T", 0): 5}
