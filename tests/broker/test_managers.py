@@ -24,6 +24,7 @@ from broker.topic.topic_config_manager import TopicConfigManager
 from broker.topic.topic_validator import validate_topic
 from remoting.body import MessageQueue, SubscriptionData, TopicConfig
 from remoting.message import PermName, java_string_hash
+from tests.support.loop_turns import counting_loop_turns
 
 
 def cfg(tmp_path: Path, **kw: object) -> BrokerConfig:
@@ -204,24 +205,10 @@ async def test_offsets_persist_a_slice_per_loop_turn_and_read_back_the_same(
     for t in range(95):
         for q in range(4):
             m.commit_offset("c", f"g{t % 7}", f"T{t}", q, 1000 * t + q)
-    turns = 0
-    stop = False
-
-    async def ticker() -> None:
-        nonlocal turns
-        while not stop:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.get_running_loop().create_task(ticker())
-    await asyncio.sleep(0)
-    try:
-        before = turns
+    async with counting_loop_turns() as loop:
+        before = loop.turns
         text = await m.encode_on_loop()
-        assert turns - before >= 9  # 95 keys, 10 a turn: the loop ran other tasks in between
-    finally:
-        stop = True
-        await task
+        assert loop.turns - before >= 9  # 95 keys, 10 a turn: the loop ran other tasks in between
     assert not m.dirty
     assert json.loads(text) == json.loads(m.encode_snapshot())
     await m.persist()  # through the background path, to the file
@@ -354,32 +341,20 @@ async def test_the_safety_net_wakes_missed_arrivals_a_slice_of_queues_per_loop_t
     woken: list[PullRequest] = []
     svc = PullRequestHoldService(woken.append, lambda t, q: 6 if t != "Quiet" else 5)
     svc.start()
-    turns = 0
-    stop = False
-
-    async def ticker() -> None:
-        nonlocal turns
-        while not stop:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.get_running_loop().create_task(ticker())
     try:
         conn = FakeConn("c")
         reqs = [held(conn, f"T{i}", 0, 5, 10000) for i in range(10)] + [held(conn, "Quiet", 0, 5, 10000)]
         for r in reqs:
             assert svc.suspend_pull_request(r)
-        await asyncio.sleep(0)
-        before = turns
-        await svc.check_hold_request_sliced()
-        assert turns - before >= 2  # 11 queues, 4 a turn
+        async with counting_loop_turns() as loop:
+            before = loop.turns
+            await svc.check_hold_request_sliced()
+            assert loop.turns - before >= 2  # 11 queues, 4 a turn
         for _ in range(3):
             await asyncio.sleep(0)
         assert sorted(r.topic for r in woken) == sorted(f"T{i}" for i in range(10))  # not the quiet one
         assert svc.held == 1
     finally:
-        stop = True
-        await task
         await svc.stop()
 
 

@@ -20,6 +20,7 @@ from store.flush import GroupCommitService
 from store.mapped_file import MappedFile
 from store.message_store import DefaultMessageStore
 from store.results import PutMessageStatus
+from tests.support.loop_turns import counting_loop_turns
 
 from .conftest import make_msg
 
@@ -387,43 +388,32 @@ async def test_a_flush_round_over_many_queues_yields_to_the_loop_and_skips_idle_
     monkeypatch.setattr(flush_mod, "FLUSH_SLICE_QUEUES", 8)
     store = make_store(flushIntervalConsumeQueue=600_000)  # only the rounds this test runs
     await store.start()
-    ticks = 0
-    stop = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    looked_at: list[tuple[str, int, int]] = []  # (topic, queue, ticks when the round looked into it)
+    looked_at: list[tuple[str, int, int]] = []  # (topic, queue, loop turns when the round looked into it)
     real_targets = flush_mod._cq_flush_targets
-
-    def spy_targets(cq: Any, least: int) -> Any:
-        looked_at.append((cq.topic, cq.queue_id, ticks))
-        return real_targets(cq, least)
-
-    monkeypatch.setattr(flush_mod, "_cq_flush_targets", spy_targets)
-    task = asyncio.get_running_loop().create_task(ticker())
     try:
-        for t in range(17):
-            for q in range(4):
-                assert (await store.put_message(make_msg(topic=f"T{t}", body=b"x", queue_id=q))).is_ok
-        assert await store.wait_dispatched(10)
-        await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
-        assert len(looked_at) == 68
-        assert len({tick for _t, _q, tick in looked_at}) >= 68 // 8  # other tasks ran between the slices
-        for t in range(17):
-            for q in range(4):
-                mfq = store.get_consume_queue(f"T{t}", q).mapped_file_queue  # type: ignore[union-attr]
-                assert mfq.flushed_where == mfq.mapped_files[-1].wrote_position == 20
-        looked_at.clear()
-        assert (await store.put_message(make_msg(topic="T5", body=b"y", queue_id=2))).is_ok
-        assert await store.wait_dispatched(10)
-        await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
-        assert [(t, q) for t, q, _tick in looked_at] == [("T5", 2)]  # the one queue written since
-        assert store.get_consume_queue("T5", 2).mapped_file_queue.flushed_where == 40  # type: ignore[union-attr]
+        async with counting_loop_turns() as loop:
+
+            def spy_targets(cq: Any, least: int) -> Any:
+                looked_at.append((cq.topic, cq.queue_id, loop.turns))
+                return real_targets(cq, least)
+
+            monkeypatch.setattr(flush_mod, "_cq_flush_targets", spy_targets)
+            for t in range(17):
+                for q in range(4):
+                    assert (await store.put_message(make_msg(topic=f"T{t}", body=b"x", queue_id=q))).is_ok
+            assert await store.wait_dispatched(10)
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
+            assert len(looked_at) == 68
+            assert len({tick for _t, _q, tick in looked_at}) >= 68 // 8  # other tasks ran between the slices
+            for t in range(17):
+                for q in range(4):
+                    mfq = store.get_consume_queue(f"T{t}", q).mapped_file_queue  # type: ignore[union-attr]
+                    assert mfq.flushed_where == mfq.mapped_files[-1].wrote_position == 20
+            looked_at.clear()
+            assert (await store.put_message(make_msg(topic="T5", body=b"y", queue_id=2))).is_ok
+            assert await store.wait_dispatched(10)
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
+            assert [(t, q) for t, q, _tick in looked_at] == [("T5", 2)]  # the one queue written since
+            assert store.get_consume_queue("T5", 2).mapped_file_queue.flushed_where == 40  # type: ignore[union-attr]
     finally:
-        stop = True
-        await task
         await store.shutdown()
