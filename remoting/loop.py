@@ -34,6 +34,7 @@ class LongLivedFreezer:
         self.rescan_interval_s = rescan_interval_s
         self._clock = clock
         self._next_rescan = clock() + rescan_interval_s
+        self._rescan_pending = False  # unfrozen: the next full collection walks everything, then freezes
         self.freezes = 0
         self.rescans = 0
 
@@ -51,11 +52,15 @@ class LongLivedFreezer:
         if phase != "stop" or info["generation"] != 2:
             return
         now = self._clock()
-        if now >= self._next_rescan:
+        if not self._rescan_pending and now >= self._next_rescan:
             self._next_rescan = now + self.rescan_interval_s
+            self._rescan_pending = True
             self.rescans += 1
             gc.unfreeze()  # the next full collection walks everything once
         else:
+            # (After a rescan whatever the time: where full collections come further apart than the
+            # interval, each would otherwise unfreeze and none freeze again.)
+            self._rescan_pending = False
             self.freezes += 1
             gc.freeze()
 

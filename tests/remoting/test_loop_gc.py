@@ -70,6 +70,22 @@ def test_a_frozen_cycle_dropped_later_is_collected_after_the_rescan(clock: Clock
         freezer.uninstall()
 
 
+def test_full_collections_further_apart_than_the_interval_still_freeze_after_each_rescan(clock: Clock) -> None:
+    """An idle process's full collections can come more than rescan_interval_s apart: each one then found the
+    rescan due, unfroze, and nothing was ever frozen again (the start-up freeze undone for good)."""
+    freezer = LongLivedFreezer(rescan_interval_s=600, clock=clock)
+    freezer.install()
+    try:
+        held = [[] for _ in range(2000)]
+        for _ in range(4):
+            clock.now += 700
+            gc.collect()
+        assert freezer.rescans == 2 and freezer.freezes == 2  # unfreeze, freeze, unfreeze, freeze
+        assert gc.get_freeze_count() >= len(held)
+    finally:
+        freezer.uninstall()
+
+
 def test_run_installs_the_freezer_for_its_coroutine_only(clock: Clock) -> None:
     def installed() -> bool:
         return any(isinstance(getattr(cb, "__self__", None), LongLivedFreezer) for cb in gc.callbacks)
