@@ -235,6 +235,11 @@ class DefaultMessageStore:
             if self.index_service is not None:
                 self.index_service.load_blocking()
             self._recover_blocking(last_exit_ok)
+            if self.index_service is not None and not self.index_service.index_file_list:
+                # The first index file now, not at the first message: making it (its slot table faulted
+                # in, 50-90 ms here) held up the dispatch of a fresh broker's first messages, and the
+                # queue files they needed waited behind it on the same thread (e2e max 54-64 ms).
+                self.index_service.roll_blocking()
         except BaseException:
             os.close(self._lock_fd)  # let a fixed-up retry take the lock
             self._lock_fd = -1
