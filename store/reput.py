@@ -428,10 +428,13 @@ class ReputMessageService:
         of those already faulted in (IndexFile.warm_range): not on the loop, in the writer's first write."""
         files = idx.index_file_list
         rng = files[-1].warm_range() if files else None
-        if rng is None:
-            return
         try:
-            asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, files[-1].populate_blocking, *rng)
+            if rng is not None:
+                asyncio.get_running_loop().run_in_executor(
+                    self.store.alloc_executor, files[-1].populate_blocking, *rng
+                )
+            if idx.next_wanted():  # the next file made ahead, so that the roll does not wait for it
+                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, idx.prepare_next_blocking)
         except RuntimeError:  # the executor shut down: the store is closing
             pass
 

@@ -93,6 +93,32 @@ async def test_a_fresh_store_has_its_first_index_file_before_the_first_message(
         await again.shutdown()
 
 
+async def test_the_dispatcher_has_the_next_index_file_made_before_the_live_one_fills(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    store = make_store(maxIndexNum=40)
+    await store.start()
+    try:
+        idx = store.index_service
+        assert idx is not None
+        for i in range(16):  # 2 keys each (UNIQ_KEY, KEYS): 33 of 40 entries with the header's 1
+            assert (await store.put_message(make_msg(body=b"x", keys=f"k{i}", uniq=f"U{i}"))).is_ok
+        assert await store.wait_dispatched(5)
+        deadline = asyncio.get_running_loop().time() + 5
+        while idx._next is None and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        ahead = idx._next
+        assert ahead is not None and len(idx.index_file_list) == 1
+        for i in range(16, 24):
+            assert (await store.put_message(make_msg(body=b"x", keys=f"k{i}", uniq=f"U{i}"))).is_ok
+        assert await store.wait_dispatched(5)
+        assert len(idx.index_file_list) == 2 and idx.index_file_list[-1] is ahead
+        found = decode_messages(store.query_message("TopicTest", "U20", 32, 0, 1 << 62).body())
+        assert [m.uniq_key for m in found] == ["U20"]  # found through the file made ahead
+    finally:
+        await store.shutdown()
+
+
 async def test_properties_given_only_as_dict(store: DefaultMessageStore) -> None:
     r = await store.put_message(make_msg(body=b"x", tags="T1", with_string=False))
     assert r.is_ok
