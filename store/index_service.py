@@ -689,6 +689,8 @@ class IndexService:
             f = self.index_file_list[-1]
             if f.end_phy_offset < max_phy_offset:
                 break
+            if len(self.index_file_list) == 1 and f.index_count <= 1 and f.end_phy_offset == 0:
+                break  # a fresh store's first file (made at start): no record, nothing past any cut
             # Entries (or, for an empty file, the dispatch mark) at or past the cut: drop the file.
             rebuild_from = f.begin_phy_offset
             self.index_file_list.pop()
@@ -726,9 +728,14 @@ class IndexService:
         end_ts = last.end_timestamp if last else 0
         f = self._next
         if f is not None:
-            self._next = None
-            f.publish_blocking(end_phy, end_ts)
-        else:
+            try:
+                f.publish_blocking(end_phy, end_ts)
+                self._next = None
+            except OSError as e:
+                log.error("index_file_publish_failed", file=f.file_name, error=str(e))
+                self._drop_next_blocking()
+                f = None
+        if f is None:
             f = IndexFile.create_blocking(self._new_file_name(), self.hash_slot_num, self.index_num, end_phy, end_ts)
         if last is not None:
             last.set_live(False)

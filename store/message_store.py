@@ -176,6 +176,9 @@ class DefaultMessageStore:
         # thread of their own, so consume queue and index files that the dispatcher waits for never
         # queue behind one (a first start stalled dispatch, and so delivery, for ~2 s).
         self.commit_log_alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-cl-alloc")
+        # The next index file, made ahead (50-90 ms of faulting its slot table in): not on store-alloc, where
+        # a new queue's first file would wait behind it.
+        self.index_alloc_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-index-alloc")
         # Indirection so tests can slow the disk down.
         self.commit_log_fsync: Callable[[MappedFile], None] = MappedFile.fsync_blocking
         self.tags_code_cache: dict[str, int] = {}
@@ -380,6 +383,7 @@ class DefaultMessageStore:
         self.flush_executor.shutdown(wait=False)
         self.alloc_executor.shutdown(wait=False)
         self.commit_log_alloc_executor.shutdown(wait=False)
+        self.index_alloc_executor.shutdown(wait=False)
         self.commit_log_warm_executor.shutdown(wait=False)
         log.info("message_store_shutdown", clean=clean, commitlog_max=self.commit_log.get_max_offset())
 

@@ -87,6 +87,9 @@ class ReputMessageService:
         self._wanted_epoch = object()
         self._wanted_sets: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.shutdown_dispatch_timeout = SHUTDOWN_DISPATCH_TIMEOUT_S
+        # The next index file being made ahead (IndexService.prepare_next_blocking), on a thread of its own
+        # so that queue files the dispatcher waits for do not queue behind it; a roll awaits it first.
+        self._index_prepare: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------------------ feed
 
@@ -144,6 +147,7 @@ class ReputMessageService:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        await self._index_prepared()  # a file being made ahead is done before the store closes (and drops it)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.shutdown_dispatch_timeout
         while self.is_commit_log_available():
@@ -434,7 +438,9 @@ class ReputMessageService:
                     self.store.alloc_executor, files[-1].populate_blocking, *rng
                 )
             if idx.next_wanted():  # the next file made ahead, so that the roll does not wait for it
-                asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, idx.prepare_next_blocking)
+                self._index_prepare = asyncio.get_running_loop().run_in_executor(
+                    self.store.index_alloc_executor, idx.prepare_next_blocking
+                )
         except RuntimeError:  # the executor shut down: the store is closing
             pass
 
@@ -577,7 +583,16 @@ class ReputMessageService:
     async def _roll_index(self, idx: IndexService) -> None:
         """Start a new index file (its creation off the loop); only this task appends to the list."""
         idx.commit_header()
+        await self._index_prepared()  # (the file being made ahead is the one the roll takes)
         await asyncio.get_running_loop().run_in_executor(self.store.alloc_executor, idx.roll_blocking)
+
+    async def _index_prepared(self) -> None:
+        prep, self._index_prepare = self._index_prepare, None
+        if prep is not None:
+            try:
+                await prep
+            except Exception:  # noqa: BLE001 - the roll then makes the file itself
+                log.exception("index_file_prepare_failed")
 
     def do_reput_blocking(self) -> int:
         """Start-up catch-up (start-up thread, before the loop uses the store): same as do_reput but

@@ -311,6 +311,34 @@ def test_the_next_index_file_is_made_ahead_and_published_at_the_roll(tmp_path: P
     assert os.listdir(tmp_path / "index2") == [os.path.basename(svc2.index_file_list[0].file_name)]
 
 
+def test_a_file_made_ahead_that_cannot_be_published_is_dropped_and_the_roll_makes_one(tmp_path: Path) -> None:
+    svc = IndexService(str(tmp_path / "index"), 16, 20, 64)
+    svc.roll_blocking()
+    svc.build_index("T", 100, 1_700_000_000_000, 0, None, "U0")
+    svc.prepare_next_blocking()
+    ahead = svc._next
+    assert ahead is not None
+    os.unlink(ahead.file_name + ".tmp")  # the rename at the roll fails
+    svc.roll_blocking()
+    assert svc._next is None and len(svc.index_file_list) == 2 and svc.index_file_list[-1] is not ahead
+    assert ahead._closed and os.path.exists(svc.index_file_list[-1].file_name)
+    svc.build_index("T", 200, 1_700_000_000_001, 0, None, "U1")
+    assert svc.query_offset("T", "U1", 32, 0, 1 << 62).phy_offsets == [200]
+    svc.close_blocking()
+
+
+def test_a_fresh_first_index_file_survives_a_recovery_cut_at_zero(tmp_path: Path) -> None:
+    """The store makes its first index file at start; a recovery whose CommitLog ends at 0 has nothing past
+    the cut in it, and dropping it only made the file again."""
+    svc = IndexService(str(tmp_path / "index"), 16, 20, 64)
+    svc.roll_blocking()
+    first = svc.index_file_list[0]
+    assert svc.truncate_past_blocking(0) is None and svc.index_file_list == [first]
+    svc.build_index("T", 0, 1_700_000_000_000, 0, None, "U0")  # a record at 0: a cut at 0 drops it
+    assert svc.truncate_past_blocking(0) == 0 and svc.index_file_list == []
+    svc.close_blocking()
+
+
 def test_index_replay_adds_only_missing_keys(tmp_path: Path) -> None:
     svc = IndexService(str(tmp_path / "index"), 16, 100, 64)
     svc.roll_blocking()
