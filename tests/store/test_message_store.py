@@ -24,6 +24,7 @@ from remoting.message import (
 from store.filter import TagsCodeFilter
 from store.message_store import DefaultMessageStore
 from store.results import GetMessageStatus, PutMessageStatus
+from tests.support.loop_turns import counting_loop_turns
 
 from .conftest import STORE_HOST, make_msg
 
@@ -276,6 +277,33 @@ async def test_message_was_removing_then_offset_too_small(
     assert store.get_min_offset_in_queue("TopicTest", 0) == first_live
     res = store.get_message("g", "TopicTest", 0, 0, 4)
     assert res.status == GetMessageStatus.OFFSET_TOO_SMALL and res.next_begin_offset == first_live
+
+
+async def test_the_consume_queue_cleaner_goes_a_slice_of_queues_per_loop_turn(
+    make_store: Callable[..., DefaultMessageStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import store.cleanup as cleanup
+
+    monkeypatch.setattr(cleanup, "CLEAN_SLICE_QUEUES", 4)
+    store = make_store(mappedFileSizeConsumeQueue=10 * 20)
+    await store.start()
+    body = b"z" * 3000  # ~21 records per 64 KiB commit log file
+    for i in range(60):
+        assert (await store.put_message(make_msg(topic=f"T{i % 20}", body=body))).is_ok
+    await store.wait_dispatched(5)
+    assert await store.clean_commit_log_service.delete_expired_files(0, True) >= 1
+    min_phy = store.get_commit_log_min_offset()
+    first_live = {
+        t: next(i for i in range(3) if store.get_commit_log_offset_in_queue(f"T{t}", 0, i) >= min_phy)
+        for t in range(20)
+        if store.get_commit_log_offset_in_queue(f"T{t}", 0, 2) >= min_phy
+    }
+    async with counting_loop_turns() as loop:
+        before = loop.turns
+        await store.clean_consume_queue_service.run()
+        assert loop.turns - before >= 4  # 20 queues, 4 a turn
+    assert {t: store.get_min_offset_in_queue(f"T{t}", 0) for t in first_live} == first_live
+    assert any(v > 0 for v in first_live.values())
 
 
 async def test_offset_found_null(make_store: Callable[..., DefaultMessageStore]) -> None:
