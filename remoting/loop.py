@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -90,6 +90,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:  # pragma: no cover
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+async def in_slices(items: Sequence[T], size: int) -> AsyncIterator[Sequence[T]]:
+    """`items` a slice of `size` at a time, letting the loop run other tasks between slices: a pass over
+    every queue of a broker with thousands of topics must not hold the loop for all of them at once."""
+    for start in range(0, len(items), size):
+        if start:
+            await asyncio.sleep(0)
+        yield items[start : start + size]
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:

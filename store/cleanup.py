@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from remoting.loop import in_slices
+
 if TYPE_CHECKING:
     from .consume_queue import ConsumeQueue
     from .index_service import IndexFile
@@ -171,10 +173,8 @@ class CleanConsumeQueueService:
         # A slice of queues per loop turn: each is a look at its first file's last unit and a binary search
         # in it, pages that can be cold by now (with 16 000 queues, one pass held the loop for its sum).
         queues = [cq for qmap in list(store.consume_queue_table.values()) for cq in qmap.values()]
-        for start in range(0, len(queues), CLEAN_SLICE_QUEUES):
-            if start:
-                await asyncio.sleep(0)
-            for cq in queues[start : start + CLEAN_SLICE_QUEUES]:
+        async for part in in_slices(queues, CLEAN_SLICE_QUEUES):
+            for cq in part:
                 if cq.removed:
                     continue  # its topic deleted meanwhile: its files go with it
                 files = cq.files_expired_by_offset(min_offset)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from remoting.loop import cancel_and_wait
+from remoting.loop import cancel_and_wait, in_slices
 
 from .aio_fsync import AioFsync
 from .mapped_file import MappedFile, syncfs_blocking
@@ -410,10 +410,8 @@ class FlushConsumeQueueService:
         # Every queue is looked at, a slice per loop turn: with 2 000 topics x 4 queues one pass took
         # 9-36 ms of the loop every second, and sends and pulls waited behind it (e2e p99 8-11 ms).
         queues = [cq for qmap in list(store.consume_queue_table.values()) for cq in qmap.values()]
-        for start in range(0, len(queues), FLUSH_SLICE_QUEUES):
-            if start:
-                await asyncio.sleep(0)
-            for cq in queues[start : start + FLUSH_SLICE_QUEUES]:
+        async for part in in_slices(queues, FLUSH_SLICE_QUEUES):
+            for cq in part:
                 mfq = cq.mapped_file_queue
                 n = mfq.dir_creates
                 if n != mfq.dir_synced:
@@ -457,10 +455,8 @@ class FlushConsumeQueueService:
             await asyncio.get_running_loop().run_in_executor(store.flush_executor, work)
             for dmfq, n in dir_targets:
                 dmfq.dir_synced = n
-            for start in range(0, len(cq_targets), FLUSH_SLICE_QUEUES):
-                if start:
-                    await asyncio.sleep(0)
-                for mfq, mf, wp in cq_targets[start : start + FLUSH_SLICE_QUEUES]:
+            async for part in in_slices(cq_targets, FLUSH_SLICE_QUEUES):
+                for mfq, mf, wp in part:
                     mfq.flush_done(mf, wp, 0)
             for f, count, ts in idx_targets:
                 f.flushed_index_count = count

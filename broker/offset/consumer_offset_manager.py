@@ -5,7 +5,6 @@ File shape (RocketMQ's): {"offsetTable": {"<topic>@<group>": {"0": 12, "1": 7}}}
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.config_manager import ConfigManager
 from remoting import jsonutil
+from remoting.loop import in_slices
 
 log = structlog.get_logger(__name__)
 
@@ -156,12 +156,9 @@ class ConsumerOffsetManager(ConfigManager):
         keys of 4 queues: 17 ms as one json.dumps with indent, on the loop every flushConsumerOffsetInterval).
         Offsets that move meanwhile are written as they are when their slice is encoded."""
         self._dirty = False
-        items = list(self.offset_table.items())
         entries: list[str] = []
-        for start in range(0, len(items), ENCODE_SLICE):
-            if start:
-                await asyncio.sleep(0)
-            entries.extend(map(_offsets_entry, items[start : start + ENCODE_SLICE]))
+        async for part in in_slices(list(self.offset_table.items()), ENCODE_SLICE):
+            entries.extend(map(_offsets_entry, part))
         return _offsets_document(entries)
 
     def decode(self, text: str) -> None:

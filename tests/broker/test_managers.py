@@ -348,7 +348,7 @@ async def test_the_safety_net_wakes_missed_arrivals_a_slice_of_queues_per_loop_t
             assert svc.suspend_pull_request(r)
         async with counting_loop_turns() as loop:
             before = loop.turns
-            await svc.check_hold_request_sliced()
+            await svc.check_hold_request()
             assert loop.turns - before >= 2  # 11 queues, 4 a turn
         for _ in range(3):
             await asyncio.sleep(0)
