@@ -7,6 +7,7 @@ a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -16,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import structlog
@@ -269,23 +271,23 @@ class MappedFile:
         and unlike mmap.flush it releases the GIL while it waits."""
         if self._closed:
             return
-        if self._fd >= 0:
-            os.fdatasync(self._fd)
-            return
         try:
-            fd = os.open(self.file_name, os.O_RDONLY)
+            with self._descriptor(os.O_RDONLY) as fd:
+                os.fdatasync(fd)
         except FileNotFoundError:
             return  # destroyed meanwhile: nothing of it to make durable
+
+    @contextlib.contextmanager
+    def _descriptor(self, flags: int) -> Iterator[int]:
+        """The descriptor it keeps, or (keep_fd=False) the file opened with `flags` for the block."""
+        if self._fd >= 0:
+            yield self._fd
+            return
+        fd = os.open(self.file_name, flags)
         try:
-            os.fdatasync(fd)
+            yield fd
         finally:
             os.close(fd)
-
-    def _write_fd(self) -> tuple[int, bool]:
-        """A descriptor to write through, and whether the caller must close it."""
-        if self._fd >= 0:
-            return self._fd, False
-        return os.open(self.file_name, os.O_RDWR), True
 
     def allocate_page_blocking(self, pos: int) -> None:
         """Give the (still all-zero) page holding `pos` a disk block and a page-cache page by writing its
@@ -294,12 +296,8 @@ class MappedFile:
         file on ext4 under load, with the loop (and the GIL) waiting."""
         start = pos - pos % OS_PAGE_SIZE
         if 0 <= start < self.file_size and not self._closed:
-            fd, owned = self._write_fd()
-            try:
+            with self._descriptor(os.O_RDWR) as fd:
                 os.pwrite(fd, bytes(min(OS_PAGE_SIZE, self.file_size - start)), start)
-            finally:
-                if owned:
-                    os.close(fd)
 
     def zero_tail_blocking(self, from_pos: int, *, allocate: bool = True) -> None:
         """Zero [from_pos, end): shrink then regrow (a hole reads as zeros), so stale records past a
@@ -308,8 +306,7 @@ class MappedFile:
         restart allocated every queue's whole file, 24 GB for 1 000 topics x 4 queues)."""
         if from_pos >= self.file_size:
             return
-        fd, owned = self._write_fd()
-        try:
+        with self._descriptor(os.O_RDWR) as fd:
             os.ftruncate(fd, from_pos)
             os.ftruncate(fd, self.file_size)
             if allocate:
@@ -317,9 +314,6 @@ class MappedFile:
                     os.posix_fallocate(fd, from_pos, self.file_size - from_pos)
                 except OSError:
                     pass  # sparse is fine
-        finally:
-            if owned:
-                os.close(fd)
 
     def last_modified_timestamp_blocking(self) -> int:
         try:
