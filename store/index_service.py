@@ -360,11 +360,7 @@ class IndexFile:
             # them at once, and each first write into a 2 MiB stretch was a zero-filling fault on the loop.
             f.warmed_to = min(f._entries_pos + ENTRIES_AHEAD, f.file_size)
             f.populate_blocking(0, f.warmed_to)
-            if end_phy_offset > 0:
-                f.begin_phy_offset = f.end_phy_offset = end_phy_offset
-            if end_timestamp > 0:
-                f.begin_timestamp = f.end_timestamp = end_timestamp
-            f._write_header()
+            f._continue_from(end_phy_offset, end_timestamp)
             if publish:
                 os.rename(tmp, file_name)
         except BaseException:
@@ -379,12 +375,16 @@ class IndexFile:
 
     def publish_blocking(self, end_phy_offset: int, end_timestamp: int) -> None:
         """Take up where the previous file ended, and the file's own name (one made with publish=False)."""
+        self._continue_from(end_phy_offset, end_timestamp)
+        os.rename(self.file_name + ".tmp", self.file_name)
+
+    def _continue_from(self, end_phy_offset: int, end_timestamp: int) -> None:
+        """Start (empty) where the previous file ended, in memory and in the header."""
         if end_phy_offset > 0:
             self.begin_phy_offset = self.end_phy_offset = end_phy_offset
         if end_timestamp > 0:
             self.begin_timestamp = self.end_timestamp = end_timestamp
         self._write_header()
-        os.rename(self.file_name + ".tmp", self.file_name)
 
     @classmethod
     def open_blocking(cls, file_name: str, hash_slot_num: int, index_num: int) -> IndexFile:
