@@ -147,7 +147,6 @@ class ReputMessageService:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        await self._index_prepared()  # a file being made ahead is done before the store closes (and drops it)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.shutdown_dispatch_timeout
         while self.is_commit_log_available():
@@ -162,6 +161,9 @@ class ReputMessageService:
                 break
             if await self.do_reput(_BATCH, notify=False) == 0:
                 break
+        # After the last dispatch (which can start one): a file being made ahead is done before the store
+        # closes, and so dropped by its close.
+        await self._index_prepared()
 
     async def wait_caught_up(self, timeout: float | None = None) -> bool:
         """Until every record written so far is dispatched (tests, bench)."""
