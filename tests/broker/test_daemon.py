@@ -395,7 +395,7 @@ def test_sigterm_without_namesrv_exits_zero(tmp_path: Path) -> None:
         assert d.terminate() == 0
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="/proc/PID/limits")
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the broker's limits from /proc/PID/limits (Linux only)")
 async def test_broker_raises_its_open_files_limit_and_keeps_dispatching_past_the_soft_one(
     tmp_path: Path, namesrv: str
 ) -> None:
@@ -406,7 +406,7 @@ async def test_broker_raises_its_open_files_limit_and_keeps_dispatching_past_the
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1024:
-        pytest.skip(f"hard limit on open files is {hard}")
+        pytest.skip(f"hard limit on open files is {hard}: no room to raise a soft 256 past 80 topics' 320 queue files")
     port = free_port()
     conf = write_conf(tmp_path / "fds.conf", {
         "brokerName": "broker-fds", "brokerIP1": "127.0.0.1", "listenPort": port, "namesrvAddr": namesrv,

@@ -73,7 +73,7 @@ def _open_descriptors_of(path: Path) -> int:
     return n
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc/self/fd")
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors through /proc/self/fd (Linux only)")
 def test_cq_files_hold_one_descriptor_each_and_still_sync_and_truncate(tmp_path: Path) -> None:
     """Python's mmap keeps a duplicate of the descriptor it maps: keeping ours too made every queue file
     two open files, and a broker ran out of them at half the topics. A ConsumeQueue keeps only the

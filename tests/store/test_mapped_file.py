@@ -299,7 +299,7 @@ def _can_populate_for_write() -> bool:
 
 
 needs_populate_write = pytest.mark.skipif(not Path("/proc/self/smaps").exists() or not _can_populate_for_write(),
-                                          reason="needs Linux 5.14+ (MADV_POPULATE_WRITE) and /proc")
+                                          reason="checks resident pages in /proc/self/smaps after MADV_POPULATE_WRITE (Linux 5.14+ only)")
 
 
 @needs_populate_write
