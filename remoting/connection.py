@@ -511,9 +511,7 @@ class _CallbackPending(_Pending):
             return
         self.finished = True
         callback = self.callback
-        # A finished entry may wait in the time-out FIFO behind an unanswered one: keep it small
-        # (the callback holds the whole request's state).
-        self.callback = _noop_callback
+        self.callback = _noop_callback  # called once: let go of the request's state
         try:
             callback(response, exc)
         except Exception:  # runs inside data_received: never let it break the read loop
@@ -532,9 +530,9 @@ class ResponseEntry(_Pending):
     """A pipelined request that is its own response handler (RemotingConnection.invoke_entry_packed):
     a subclass adds its request state and implements on_response(response, exc), called exactly once,
     synchronously from the read path (or the time-out scan, or connection_lost), like invoke_callback's
-    callback. One object per request instead of a callback object plus a _CallbackPending. A finished
-    entry may wait in the time-out FIFO behind an unanswered one: on_response should drop references
-    to large state (bodies, futures). The connection fills code, started, timeout_ms and the slots here."""
+    callback. One object per request instead of a callback object plus a _CallbackPending; an entry may be
+    used again for a later request once answered (on_response may start it). The connection fills code,
+    started, timeout_ms and the slots here."""
 
     __slots__ = ("conn", "opaque", "deadline", "finished")
 
@@ -668,6 +666,10 @@ class RemotingConnection(asyncio.Protocol):
                 if p is None:
                     log.debug("response_without_request", peer=self.remote_addr, opaque=cmd.opaque)
                     continue
+                timeouts = self._timeouts
+                if timeouts is not None:
+                    # Before resolve: an entry reused for its next request is tracked again inside it.
+                    timeouts.discard(p.timeout_ms, p)
                 p.resolve(cmd)
             else:
                 requests.append(cmd)

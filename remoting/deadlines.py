@@ -1,17 +1,19 @@
 """Deadlines without a timer each (Java's scanResponseTable, but exact): the connection's request
 time-outs and the broker's held pulls.
 
-Entries go into one FIFO per time-out value, so the deadlines in a FIFO only grow; finished heads are
-dropped as new entries arrive, and one loop timer fires at the earliest unfinished deadline. An
-unfinished head keeps finished entries behind it; a FIFO that doubles past its last compaction is
-compacted, so it stays about as long as what is unfinished.
+Entries go into one insertion-ordered dict per time-out value, so the deadlines in one only grow, and one
+loop timer fires at the earliest unfinished deadline. An entry answered before its deadline is taken out
+at once (`discard`, O(1)); one finished without being discarded is dropped when the time-out scan reaches
+it. (A FIFO deque, dropping finished entries only at its head, kept every entry answered behind one
+still waiting: a broker holding a pull for 15 s on an idle queue while it answers 8 000 pulls a second on
+busy ones kept thousands of answered pulls, with their requests, and compacting them freed them all at
+once, 2-3 ms of loop time every ~0.6 s.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
@@ -23,37 +25,42 @@ class Expirable(Protocol):
 
 E = TypeVar("E", bound=Expirable)
 
-COMPACT_MIN = 4096  # smallest FIFO worth compacting
-
 
 class DeadlineFifos(Generic[E]):
-    __slots__ = ("_queues", "_compact_at", "_handle", "_due", "_on_expired", "_slack")
+    __slots__ = ("_queues", "_handle", "_due", "_on_expired", "_slack")
 
     def __init__(self, on_expired: Callable[[list[E], float], None], *, slack: float = 0.0) -> None:
-        """on_expired(entries, now) gets the entries whose deadline passed, in deadline order per FIFO,
-        after the scan (it may add new entries). slack: expire what is due within it too (the loop's
+        """on_expired(entries, now) gets the entries whose deadline passed, in deadline order per time-out
+        value, after the scan (it may add new entries). slack: expire what is due within it too (the loop's
         clock has ms resolution: no re-arming for a sliver)."""
-        self._queues: dict[Hashable, deque[E]] = {}
-        self._compact_at: dict[Hashable, int] = {}
+        # Per time-out value, the entries in deadline order (a dict: ordered, O(1) removal anywhere).
+        self._queues: dict[Hashable, dict[E, None]] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._on_expired = on_expired
         self._slack = slack
 
     def add(self, key: Hashable, entry: E) -> None:
-        """Track `entry`; `key` is its time-out value (entries of one key must come in deadline order)."""
-        dq = self._queues.get(key)
-        if dq is None:
-            dq = self._queues[key] = deque()
-        else:
-            while dq and dq[0].finished:  # amortised O(1)
-                dq.popleft()
-            if len(dq) >= self._compact_at.get(key, COMPACT_MIN):
-                dq = self._queues[key] = deque(e for e in dq if not e.finished)
-                self._compact_at[key] = max(COMPACT_MIN, 2 * len(dq))
-        dq.append(entry)
+        """Track `entry`; `key` is its time-out value (entries of one key must come in deadline order). An
+        entry object used again (a request state reused for the next request) moves to the back."""
+        q = self._queues.get(key)
+        if q is None:
+            q = self._queues[key] = {}
+        elif entry in q:
+            del q[entry]
+        q[entry] = None
         if self._handle is None or entry.deadline < self._due:
             self._arm(entry.deadline)
+
+    def discard(self, key: Hashable, entry: E) -> None:
+        """Stop tracking `entry` (answered before its deadline); nothing if it is not tracked under `key`."""
+        q = self._queues.get(key)
+        if q is not None:
+            q.pop(entry, None)
+
+    def __len__(self) -> int:
+        """Entries tracked (finished ones not discarded included, until the scan drops them)."""
+        return sum(len(q) for q in self._queues.values())
 
     def clear(self) -> None:
         """Forget every entry and stop the timer."""
@@ -61,7 +68,6 @@ class DeadlineFifos(Generic[E]):
             self._handle.cancel()
             self._handle = None
         self._queues.clear()
-        self._compact_at.clear()
 
     def _arm(self, due: float) -> None:
         if self._handle is not None:
@@ -77,21 +83,23 @@ class DeadlineFifos(Generic[E]):
         limit = now + self._slack
         due = float("inf")
         expired: list[E] = []
-        for key in list(self._queues):
-            dq = self._queues[key]
-            while dq:
-                e = dq[0]
+        queues = self._queues
+        for key in list(queues):
+            q = queues[key]
+            gone: list[E] = []
+            for e in q:
                 if e.finished:
-                    dq.popleft()
+                    gone.append(e)
                 elif e.deadline <= limit:
-                    dq.popleft()
+                    gone.append(e)
                     expired.append(e)
                 else:
                     due = min(due, e.deadline)
                     break
-            if not dq:
-                del self._queues[key]
-                self._compact_at.pop(key, None)
+            for e in gone:
+                del q[e]
+            if not q:
+                del queues[key]
         if expired:
             self._on_expired(expired, now)
         if due != float("inf") and (self._handle is None or due < self._due):

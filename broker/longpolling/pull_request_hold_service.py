@@ -177,7 +177,8 @@ class PullRequestHoldService:
         """Take req out of the tables; False when it was already gone."""
         if req.finished:
             return False
-        req.finished = True  # its timeout FIFO entry is dropped lazily
+        req.finished = True
+        self._expiry.discard(req.timeout_millis, req)
         key = (req.topic, req.queue_id)
         lst = self.pull_request_table.get(key)
         if lst is not None:

@@ -81,7 +81,7 @@ class _PullEntry(ResponseEntry):
 
     def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
         callback = self.callback
-        self.callback = None  # a finished entry may wait in the time-out FIFO: keep it small
+        self.callback = None  # called once: let go of the callback's state
         sd = self.sd
         if exc is None:
             try:

@@ -1185,7 +1185,7 @@ class _FastSend(ResponseEntry):
         out = self.out
         prepared = self.prepared
         assert out is not None and prepared is not None
-        # A finished entry may wait in the connection's time-out FIFO: hold no future and no body there.
+        # Answered once: hold no future and no body past it.
         self.out = self.prepared = None
         # out._fast <-> self is a reference cycle: break it now, so that the send's objects are freed by
         # reference counting when the caller drops the future instead of piling up for the cyclic gc

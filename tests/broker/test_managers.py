@@ -460,9 +460,10 @@ async def test_held_pull_timeouts_expire_in_deadline_order_without_a_timer_each(
         await svc.stop()
 
 
-async def test_held_pull_timeout_fifo_stays_bounded_behind_a_long_held_pull() -> None:
-    """A pull held for long at the head of a timeout FIFO does not make the FIFO keep every pull
-    answered behind it: compaction keeps it about as long as what is actually held."""
+async def test_held_pull_timeouts_keep_only_what_is_held_behind_a_long_held_pull() -> None:
+    """A pull held for long (an idle queue's) does not make the time-outs keep every pull answered after
+    it: an answered pull leaves them at once. (Kept until a compaction, thousands of answered pulls and
+    their requests were freed at once: 2-3 ms of loop time every ~0.6 s at 8 000 pulls a second.)"""
     svc = PullRequestHoldService(lambda r: None, lambda t, q: 0)
     svc.start()
     try:
@@ -473,7 +474,7 @@ async def test_held_pull_timeout_fifo_stays_bounded_behind_a_long_held_pull() ->
             svc.notify_message_arriving("Busy", 0, i + 1)
         await asyncio.sleep(0)
         assert svc.held == 1
-        assert sum(len(dq) for dq in svc._expiry._queues.values()) <= 2 * 4096
+        assert len(svc._expiry) == 1
     finally:
         await svc.stop()
 
