@@ -530,9 +530,9 @@ class ResponseEntry(_Pending):
     """A pipelined request that is its own response handler (RemotingConnection.invoke_entry_packed):
     a subclass adds its request state and implements on_response(response, exc), called exactly once,
     synchronously from the read path (or the time-out scan, or connection_lost), like invoke_callback's
-    callback. One object per request instead of a callback object plus a _CallbackPending; an entry may be
-    used again for a later request once answered (on_response may start it). The connection fills code,
-    started, timeout_ms and the slots here."""
+    callback. One object per request instead of a callback object plus a _CallbackPending. The connection
+    stops tracking its time-out before on_response runs, and fills code, started, timeout_ms and the slots
+    here."""
 
     __slots__ = ("conn", "opaque", "deadline", "finished")
 
@@ -668,7 +668,7 @@ class RemotingConnection(asyncio.Protocol):
                     continue
                 timeouts = self._timeouts
                 if timeouts is not None:
-                    # Before resolve: an entry reused for its next request is tracked again inside it.
+                    # Before resolve: an entry tracked again from inside it (a reused request state) stays.
                     timeouts.discard(p.timeout_ms, p)
                 p.resolve(cmd)
             else:
