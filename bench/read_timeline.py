@@ -43,7 +43,6 @@ sys.path.insert(0, str(ROOT))
 from tests.support.daemons import start_broker, start_namesrv  # noqa: E402
 
 PROBE_DIR = HERE / "read_probe"
-STAMP = "__BENCH_SEND_NS"
 LONG_READ_NS = 500_000  # reads listed around an episode
 
 
@@ -65,7 +64,7 @@ async def client_run(ns: str, rate: float, seconds: float, queues: int, out: Pat
     async def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
         now = time.time_ns()
         for m in msgs:
-            ts = m.properties.get(STAMP)
+            ts = m.properties.get(wl.STAMP)
             if ts is not None:
                 stamps.append((int(ts), now))
         if len(stamps) >= count:
@@ -99,11 +98,13 @@ def load_probe(path: Path, t0: int, t1: int) -> dict[str, Any]:
 
 def kind_of(read: list[int]) -> str:
     _w0, wall, cpu, vol, invol, _n = read
-    if invol and wall > 1.5 * cpu:
+    if wall <= 1.5 * cpu:
+        return "cpu"
+    if invol:
         return "preempted"
-    if vol and wall > 1.5 * cpu:
+    if vol:
         return "blocked"
-    return "cpu"
+    return "off-cpu"  # no switch counted: the vCPU itself was descheduled by the host, or a fault waited
 
 
 def describe(read: list[int], gcs: list[list[int]], t0: int) -> str:
@@ -133,7 +134,7 @@ def analyse(stamps: list[list[int]], procs: dict[str, dict[str, Any]], top: int)
         by_gen = {g: [x[1] / 1e6 for x in gcs if x[2] == g] for g in range(3)}
         longest = sorted(reads, key=lambda r: -r[1])[:top]
         kinds = {k: sum(1 for r in reads if r[1] > LONG_READ_NS and kind_of(r) == k)
-                 for k in ("cpu", "preempted", "blocked")}
+                 for k in ("cpu", "preempted", "blocked", "off-cpu")}
         out["processes"][name] = {
             "reads": len(reads), "median_read_us": statistics.median(r[1] for r in reads) / 1e3 if reads else 0,
             "long_reads_by_kind": kinds,
@@ -167,6 +168,13 @@ def analyse(stamps: list[list[int]], procs: dict[str, dict[str, Any]], top: int)
 
 
 # ------------------------------------------------------------------ driver
+
+
+def catches_sigusr2(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGUSR2 - 1)))
+    return False
 
 
 def wait_quiet(pid: int, busy: float = 0.05, timeout: float = 60.0) -> None:
@@ -212,14 +220,21 @@ def main() -> int:
         tmp = Path(tmp_s)
         prefix = tmp / "probe"
         os.environ["READ_PROBE"] = str(prefix)
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(PROBE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
-        ns, ns_addr = start_namesrv(tmp)
-        broker, _ = start_broker(tmp, ns_addr, extra={
-            "mappedFileSizeCommitLog": 1024**3, "mappedFileSizeConsumeQueue": 300_000 * 20,
-            "maxHashSlotNum": 5_000_000, "maxIndexNum": 20_000_000,
-        })
+        # The project's root too: the probe imports it at start-up, before any script sets up its path.
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [str(PROBE_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        daemons = []
         results = []
         try:
+            ns, ns_addr = start_namesrv(tmp)
+            daemons.append(ns)
+            broker, _ = start_broker(tmp, ns_addr, extra={
+                "mappedFileSizeCommitLog": 1024**3, "mappedFileSizeConsumeQueue": 300_000 * 20,
+                "maxHashSlotNum": 5_000_000, "maxIndexNum": 20_000_000,
+            })
+            daemons.append(broker)
+            if not catches_sigusr2(broker.pid):  # the probe's dump signal: without it SIGUSR2 would kill it
+                raise SystemExit("the broker did not load bench/read_probe (is the project importable?)")
             wait_quiet(broker.pid)
             for i in range(a.runs):
                 out = tmp / f"stamps-{i}.json"
@@ -232,6 +247,8 @@ def main() -> int:
                 deadline = time.monotonic() + 10
                 while not broker_dump.exists() and time.monotonic() < deadline:
                     time.sleep(0.05)
+                if not broker_dump.exists():
+                    raise SystemExit(f"the broker wrote no probe dump ({broker_dump}): was the probe loaded?")
                 stamps = json.loads(out.read_text())
                 t0, t1 = min(s for s, _ in stamps) - 100_000_000, max(r for _, r in stamps)
                 client_dump = max((p for p in tmp.glob("probe.*.json") if p != broker_dump
@@ -244,8 +261,8 @@ def main() -> int:
                 client_dump.unlink()
                 wait_quiet(broker.pid, timeout=10)
         finally:
-            broker.terminate()
-            ns.terminate()
+            for d in reversed(daemons):
+                d.terminate()
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(results, indent=1))

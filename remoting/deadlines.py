@@ -19,6 +19,8 @@ from typing import Generic, Protocol, TypeVar
 
 
 class Expirable(Protocol):
+    """An entry: hashed by identity (a dict key; a class defining __eq__ would merge or refuse entries)."""
+
     finished: bool
     deadline: float  # time.monotonic()
 
@@ -100,7 +102,9 @@ class DeadlineFifos(Generic[E]):
                 del q[e]
             if not q:
                 del queues[key]
-        if expired:
-            self._on_expired(expired, now)
-        if due != float("inf") and (self._handle is None or due < self._due):
-            self._arm(due)
+        try:
+            if expired:
+                self._on_expired(expired, now)
+        finally:  # a raising callback must not leave the rest without a timer
+            if due != float("inf") and (self._handle is None or due < self._due):
+                self._arm(due)

@@ -111,7 +111,7 @@ class PullRequestHoldService:
         self.pull_request_table: dict[tuple[str, int], list[PullRequest]] = {}
         self._by_conn: dict[RemotingConnection, set[PullRequest]] = {}
         self.held = 0
-        # Held pulls' suspend timeouts: one loop timer for all (answered ones are dropped lazily).
+        # Held pulls' suspend timeouts: one loop timer for all (an answered pull leaves them in _remove).
         self._expiry: DeadlineFifos[PullRequest] = DeadlineFifos(self._expire_all, slack=0.001)
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

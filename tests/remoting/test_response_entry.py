@@ -162,3 +162,41 @@ async def test_flush_now_writes_at_once_and_others_coalesce(server: str) -> None
         assert now.got[0][0].ext("v") == "now" and all(e.got[0][0].ext("v") == "later" for e in later)
     finally:
         await c.close()
+
+
+class AgainOnce(ResponseEntry):
+    """Answered once, it sends itself again (a reused request state) to a peer that never answers."""
+
+    __slots__ = ("got", "done", "again")
+
+    def __init__(self, done: asyncio.Event, again: object) -> None:
+        self.got: list[tuple[RemotingCommand | None, BaseException | None]] = []
+        self.done = done
+        self.again = again
+
+    def on_response(self, response: RemotingCommand | None, exc: BaseException | None) -> None:
+        self.got.append((response, exc))
+        again, self.again = self.again, None
+        if again is not None:
+            again(self)  # type: ignore[operator]
+        else:
+            self.done.set()
+
+
+async def test_an_entry_sent_again_from_its_answer_still_times_out(server: str) -> None:
+    """The connection stops tracking an answered entry's time-out before calling it, so one that starts its
+    next request from inside on_response is tracked for that one (not forgotten right after)."""
+    c = RemotingClient()
+    try:
+        await c.invoke(server, RemotingCommand.request(ECHO, {"v": "warm"}))
+        conn = await c.get_connection(server)
+        done = asyncio.Event()
+        # One time-out value for both: the second is tracked where the first was.
+        e = AgainOnce(done, lambda entry: conn.invoke_entry_packed(entry, NEVER, _ext(), b"", 300))
+        conn.invoke_entry_packed(e, ECHO, _ext(v="1"), b"", 300)
+        await asyncio.wait_for(done.wait(), 5)
+        (first, _), (resp, exc) = e.got
+        assert first is not None and first.ext("v") == "1"
+        assert resp is None and isinstance(exc, RemotingTimeoutError) and conn.pending_count == 0
+    finally:
+        await c.close()
