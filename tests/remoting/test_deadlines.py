@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 from remoting.deadlines import DeadlineFifos
@@ -89,3 +90,21 @@ async def test_a_reused_entry_moves_to_the_back_with_its_new_deadline() -> None:
     assert name == "other" and late_by < 0.06  # not at reused's new deadline, 100 ms later
     await until(lambda: len(expired) == 2)
     assert expired[1][0] == "reused" and len(fifos) == 0
+
+
+async def test_a_drained_burst_gives_its_memory_back_at_the_next_scan() -> None:
+    """A dict keeps its size when entries leave: after a burst the scan copies what is left into one sized for it."""
+    fifos: DeadlineFifos[Entry] = DeadlineFifos(lambda es, _now: None)
+    fifos.add(5000, Entry("keeper", 60))  # still waiting when the scan runs
+    burst = [Entry(str(i), 60) for i in range(50_000)]
+    for e in burst:
+        fifos.add(5000, e)
+    for e in burst:
+        e.finished = True
+        fifos.discard(5000, e)
+    big = sys.getsizeof(fifos._queues[5000])
+    assert big > 1024 * 1024 and len(fifos) == 1
+    fifos.add(5000, Entry("soon", 0.02))  # out of deadline order on purpose: it makes the scan run now
+    await until(lambda: sys.getsizeof(fifos._queues[5000]) < 64 * 1024)
+    assert len(fifos) == 2
+    fifos.clear()
