@@ -172,8 +172,7 @@ class CleanConsumeQueueService:
         cq_victims: list[tuple[ConsumeQueue, list[MappedFile]]] = []
         # A slice of queues per loop turn: each is a look at its first file's last unit and a binary search
         # in it, pages that can be cold by now (with 16 000 queues, one pass held the loop for its sum).
-        queues = [cq for qmap in list(store.consume_queue_table.values()) for cq in qmap.values()]
-        async for part in in_slices(queues, CLEAN_SLICE_QUEUES):
+        async for part in in_slices(store.all_consume_queues(), CLEAN_SLICE_QUEUES):
             for cq in part:
                 if cq.removed:
                     continue  # its topic deleted meanwhile: its files go with it

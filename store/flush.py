@@ -409,8 +409,7 @@ class FlushConsumeQueueService:
         dir_targets: list[tuple[MappedFileQueue, int]] = []
         # Every queue is looked at, a slice per loop turn: with 2 000 topics x 4 queues one pass took
         # 9-36 ms of the loop every second, and sends and pulls waited behind it (e2e p99 8-11 ms).
-        queues = [cq for qmap in list(store.consume_queue_table.values()) for cq in qmap.values()]
-        async for part in in_slices(queues, FLUSH_SLICE_QUEUES):
+        async for part in in_slices(store.all_consume_queues(), FLUSH_SLICE_QUEUES):
             for cq in part:
                 mfq = cq.mapped_file_queue
                 n = mfq.dir_creates

@@ -580,6 +580,11 @@ class DefaultMessageStore:
                 tqt[cq.queue_key] = q
         return cq
 
+    def all_consume_queues(self) -> list[ConsumeQueue]:
+        """Every consume queue now, as a list: the background passes over them (flush, clean-up) go a
+        slice per loop turn, so the table may change under them."""
+        return [cq for qmap in list(self.consume_queue_table.values()) for cq in qmap.values()]
+
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         qmap = self.consume_queue_table.get(topic)
         return None if qmap is None else qmap.get(queue_id)
