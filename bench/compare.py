@@ -190,6 +190,13 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
 
 
 SERVER_PID_KEYS = ("broker_pid", "broker_sync_pid", "redis_pid", "nats_pid")
+# Upstream's store sizes (the test helper's defaults are small, for fast tests).
+BROKER_STORE_SIZES: dict[str, object] = {
+    "mappedFileSizeCommitLog": 1024 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 300_000 * 20,
+    "maxHashSlotNum": 5_000_000,
+    "maxIndexNum": 20_000_000,
+}
 
 
 def run_one(system: str, workload: str, a: argparse.Namespace, env: dict[str, Any]) -> dict[str, Any]:
@@ -532,15 +539,7 @@ def main() -> int:
     ticks_before = cpu_ticks()
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
-        # Upstream's store sizes (the test helper's defaults are small, for fast tests).
-        big = {
-            "mappedFileSizeCommitLog": 1024 * 1024 * 1024,
-            "mappedFileSizeConsumeQueue": 300_000 * 20,
-            "maxHashSlotNum": 5_000_000,
-            "maxIndexNum": 20_000_000,
-            "flushDiskType": "ASYNC_FLUSH",
-            **a.broker_overrides,
-        }
+        big = {**BROKER_STORE_SIZES, "flushDiskType": "ASYNC_FLUSH", **a.broker_overrides}
         ns, env["ns"] = start_namesrv(tmp / "a")
         daemons.append(ns)
         br, _ = start_broker(tmp / "a", env["ns"], extra=big)

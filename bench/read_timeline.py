@@ -24,7 +24,6 @@ broker's held-pull time-outs freeing ~4 000 answered pulls at once, bench/README
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -40,6 +39,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from compare import BROKER_STORE_SIZES, wait_idle  # noqa: E402
+
 from tests.support.daemons import start_broker, start_namesrv  # noqa: E402
 
 PROBE_DIR = HERE / "read_probe"
@@ -50,38 +51,14 @@ LONG_READ_NS = 500_000  # reads listed around an episode
 
 
 async def client_run(ns: str, rate: float, seconds: float, queues: int, out: Path) -> None:
-    """The e2e workload, each message's (send ns, arrival ns) written to `out`."""
+    """compare.py's e2e workload (wl_rocketmq.w_push), each message's (send ns, arrival ns) written to `out`."""
     import wl_rocketmq as wl
 
-    from client.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
-
-    count = int(rate * seconds)
     topic = f"ReadTimeline_{time.time_ns()}"
     await wl.ensure_topic(ns, topic, queues)
     stamps: list[tuple[int, int]] = []
-    done = asyncio.Event()
-
-    async def listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:
-        now = time.time_ns()
-        for m in msgs:
-            ts = m.properties.get(wl.STAMP)
-            if ts is not None:
-                stamps.append((int(ts), now))
-        if len(stamps) >= count:
-            done.set()
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    c = PushConsumer(f"read_timeline_{time.time_ns()}", ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                     pull_batch_size=64, consume_message_batch_max_size=32)
-    c.subscribe(topic, "*")
-    c.register_listener(listener)
-    await c.start()
-    try:
-        await asyncio.sleep(1.0)  # the rebalance settles and the first long polls park
-        await wl.e2e_send(ns, topic, count, b"x" * 1024, rate)
-        await asyncio.wait_for(done.wait(), 60)
-    finally:
-        await c.shutdown()
+    await wl.w_push(ns, topic, int(rate * seconds), f"read_timeline_{time.time_ns()}", b"x" * 1024, rate,
+                    stamps=stamps)
     out.write_text(json.dumps(stamps))
 
 
@@ -177,22 +154,6 @@ def catches_sigusr2(pid: int) -> bool:
     return False
 
 
-def wait_quiet(pid: int, busy: float = 0.05, timeout: float = 60.0) -> None:
-    """Until the broker uses under `busy` of a CPU over 0.5 s: a fresh one reads its CommitLog ahead."""
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / tick
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        c0 = cpu()
-        time.sleep(0.5)
-        if cpu() - c0 < busy * 0.5:
-            return
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=10_000)
@@ -206,10 +167,8 @@ def main() -> int:
     if a.client:
         # Imported before run(): what it freezes at start is then left out of the cyclic gc's walks, as in
         # an application (imported inside, the client's first full collection took 6 ms here).
-        sys.path.insert(0, str(HERE))
-        import wl_rocketmq  # noqa: F401
+        import wl_rocketmq  # noqa: F401  (bench/, the script's directory, is on sys.path)
 
-        import client.consumer  # noqa: F401
         from remoting.loop import run
 
         run(client_run(a.client[0], a.rate, a.seconds, a.queues, Path(a.client[1])))
@@ -228,14 +187,11 @@ def main() -> int:
         try:
             ns, ns_addr = start_namesrv(tmp)
             daemons.append(ns)
-            broker, _ = start_broker(tmp, ns_addr, extra={
-                "mappedFileSizeCommitLog": 1024**3, "mappedFileSizeConsumeQueue": 300_000 * 20,
-                "maxHashSlotNum": 5_000_000, "maxIndexNum": 20_000_000,
-            })
+            broker, _ = start_broker(tmp, ns_addr, extra=BROKER_STORE_SIZES)
             daemons.append(broker)
             if not catches_sigusr2(broker.pid):  # the probe's dump signal: without it SIGUSR2 would kill it
                 raise SystemExit("the broker did not load bench/read_probe (is the project importable?)")
-            wait_quiet(broker.pid)
+            wait_idle([broker.pid], timeout=60)  # a fresh broker reads its CommitLog file ahead
             for i in range(a.runs):
                 out = tmp / f"stamps-{i}.json"
                 subprocess.run(
@@ -259,7 +215,7 @@ def main() -> int:
                 print("\n".join(res["report"]), flush=True)
                 results.append(res)
                 client_dump.unlink()
-                wait_quiet(broker.pid, timeout=10)
+                wait_idle([broker.pid], timeout=10)
         finally:
             for d in reversed(daemons):
                 d.terminate()

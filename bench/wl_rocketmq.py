@@ -241,7 +241,9 @@ async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, A
 
 
 async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None,
-                 role: str = "both") -> dict[str, Any]:
+                 role: str = "both", stamps: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Push consumption; with `rate`, e2e (each message's latency from its send stamp). `stamps` also gets
+    each message's (send ns, arrival ns) (bench/read_timeline.py)."""
     got = 0
     lat: list[float] = []
     done = asyncio.Event()
@@ -257,6 +259,8 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
                 if ts is not None:
                     t = int(ts)
                     lat.append((now - t) / 1e6)
+                    if stamps is not None:
+                        stamps.append((t, now))
                     got += 1
                     if not first_stamp[0] or t < first_stamp[0]:
                         first_stamp[0] = t
