@@ -449,7 +449,7 @@ class Producer:
         header pieces, the connection's pending entry, no timer, no command and none of the coroutines
         of _send_default/_send_kernel, which a one-at-a-time sender paid per message); failures continue
         in _send_default with send()'s retry count. None: nothing sent, use the attempt loop."""
-        out = _SendFuture()  # (called from a coroutine: the running loop's)
+        out = _SendFuture(loop=self._instance.loop_if_current())  # (None: the running loop's)
         try:
             started = self._start_fast(out, prepared, timeout, info, _SYNC)
         except (RemotingError, MQClientError):  # nothing sent (too many in flight, ...)
@@ -962,9 +962,10 @@ class Producer:
         info = inst.get_publish_info(topic)
         if info is None:
             return None
-        if _get_running_loop() is None:  # (raises RuntimeError, as create_future on a running loop would)
+        loop = inst.loop_if_current()
+        if loop is None and _get_running_loop() is None:  # (raises, as create_future on a running loop would)
             asyncio.get_running_loop()
-        out = _SendFuture()  # no loop= keyword: a Future takes the running loop itself, ~2x cheaper
+        out = _SendFuture(loop=loop)  # None: the running loop
         try:
             prepared = prepare(arg)
         except Exception as e:  # invalid message: fail the future, as the slow path would

@@ -351,3 +351,34 @@ async def test_sync_batch_send_takes_the_callback_path_and_retries_as_send(
         assert len(b.sends) - n0 == 2 and modes[0] is producer_mod.CommunicationMode.SYNC
         assert b.sends[-1].body == b.sends[-2].body  # the retry re-sends the batch as prepared
         assert p._async_permits.active == 0
+
+
+async def test_fast_path_futures_belong_to_the_instance_loop_and_other_threads_are_refused(
+    fakes: tuple[FakeNameServer, FakeBroker],
+) -> None:
+    """The fast path names the instance's loop instead of asking asyncio for the running one (a getpid()
+    system call per look-up on CPython 3.11); off that loop's thread it must still refuse, as before."""
+    ns, b = fakes
+    loop = asyncio.get_running_loop()
+    async with Producer("hot_pg", ns.addr) as p:
+        await p.send(Message("HotTopic", b"warm"))
+        inst = p._instance
+        assert inst is not None and inst.loop_if_current() is loop
+        fut = p.send_async(Message("HotTopic", b"fast"))
+        assert fut.get_loop() is loop and (await fut).msg_id
+
+        seen: list[object] = []
+
+        def elsewhere() -> None:
+            seen.append(inst.loop_if_current())
+            try:
+                p.send_async(Message("HotTopic", b"from another thread"))
+            except RuntimeError as e:
+                seen.append(e)
+
+        n0 = len(b.sends)
+        await asyncio.to_thread(elsewhere)
+        assert seen[0] is None
+        assert isinstance(seen[1], RuntimeError) and "no running event loop" in str(seen[1])
+        await asyncio.sleep(0.05)
+        assert len(b.sends) == n0  # nothing was written from the other thread
