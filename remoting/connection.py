@@ -325,7 +325,9 @@ class RequestDispatcher:
                 self._release(g)
                 return
             result = _resume(result, first)
-        if inspect.isawaitable(result):
+        if result is None or result.__class__ is RemotingCommand:  # the usual answers, without the ABC check
+            self._finish(ctx, cmd, result, g)
+        elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._run(ctx, cmd, result, g))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
