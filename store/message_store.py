@@ -826,6 +826,22 @@ class DefaultMessageStore:
         result.min_offset = min_offset
         return result
 
+    def at_queue_end(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether get_message(offset) would answer OFFSET_OVERFLOW_ONE (the queue has messages and `offset`
+        is its end), counted as get_message counts that miss, without building a result: the usual
+        long-polling pull, which finds nothing new and is held. Raises as get_message does when the store
+        cannot be read."""
+        if self.shutdown_flag:
+            raise StoreNotAvailableError("message store has shut down")
+        if not self.running_flags.is_readable():
+            raise StoreNotAvailableError("message store is not readable")
+        qmap = self.consume_queue_table.get(topic)
+        cq = None if qmap is None else qmap.get(queue_id)
+        if cq is None or offset <= 0 or offset != cq.get_max_offset_in_queue() or offset < cq.get_min_offset_in_queue():
+            return False
+        self.store_stats_service.get_message_times_total_miss += 1
+        return True
+
     def _fill_get_result(
         self,
         result: GetMessageResult,

@@ -222,6 +222,13 @@ class PullMessageProcessor:
             self._commit(ctx, h, commit)
             return reply(ResponseCode.PULL_OFFSET_MOVED, f"pull offset {h.queue_offset} is negative", ext)
 
+        if has_suspend and broker_allow_suspend and store.at_queue_end(topic, queue_id, h.queue_offset):
+            # The usual long-polling pull: nothing new since the consumer's last answer. get_message would
+            # find OFFSET_OVERFLOW_ONE (PULL_NOT_FOUND): hold it as below, without building that result.
+            response = self._hold(ctx, cmd, h, message_filter, S.OFFSET_OVERFLOW_ONE)
+            self._commit(ctx, h, commit)
+            return response
+
         result = store.get_message(h.consumer_group, topic, queue_id, h.queue_offset, h.max_msg_nums, message_filter)
         status = result.status
 
@@ -249,22 +256,7 @@ class PullMessageProcessor:
                 # reader that pulls right after its sends were answered): wait for them, do not move it.
                 return _AWAIT_DISPATCH
             if code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
-                polling = h.suspend_timeout_millis if bc.longPollingEnable else bc.shortPollingTimeMills
-                req = PullRequest(ctx, cmd, topic, queue_id, h.queue_offset, message_filter, polling, h)
-                hold = c.pull_request_hold_service
-                if hold.suspend_pull_request(req):
-                    response = None
-                    if status is S.NO_MATCHED_LOGIC_QUEUE and not topic.startswith(_GROUP_TOPIC_PREFIXES):
-                        # A consumer waits on a queue that never had a message: have its consume queue
-                        # file made now, not by the dispatcher when the first message comes (every
-                        # group's %RETRY% queue is pulled too: those keep Java's file-on-first-message).
-                        prepare = getattr(store, "prepare_consume_queue", None)
-                        if prepare is not None:
-                            prepare(topic, queue_id)
-                else:
-                    response = reply(
-                        ResponseCode.SYSTEM_BUSY, f"too many pull requests held ({hold.held}); retry later"
-                    )
+                response = self._hold(ctx, cmd, h, message_filter, status)
             else:
                 response = reply(code, _REMARKS[status], self._response_ext(result, sgc))
                 if code == ResponseCode.PULL_OFFSET_MOVED:
@@ -275,6 +267,29 @@ class PullMessageProcessor:
 
         self._commit(ctx, h, commit)
         return response
+
+    def _hold(
+        self, ctx: RequestContext, cmd: RemotingCommand, h: PullMessageRequestHeader,
+        message_filter: ExpressionMessageFilter, status: GetMessageStatus,
+    ) -> RemotingCommand | None:
+        """Hold a pull that found nothing (None: no answer now), or answer SYSTEM_BUSY when too many are held."""
+        c = self.c
+        bc = c.broker_config
+        topic = h.topic
+        queue_id = h.queue_id
+        polling = h.suspend_timeout_millis if bc.longPollingEnable else bc.shortPollingTimeMills
+        req = PullRequest(ctx, cmd, topic, queue_id, h.queue_offset, message_filter, polling, h)
+        hold = c.pull_request_hold_service
+        if not hold.suspend_pull_request(req):
+            return reply(ResponseCode.SYSTEM_BUSY, f"too many pull requests held ({hold.held}); retry later")
+        if status is S.NO_MATCHED_LOGIC_QUEUE and not topic.startswith(_GROUP_TOPIC_PREFIXES):
+            # A consumer waits on a queue that never had a message: have its consume queue file made now,
+            # not by the dispatcher when the first message comes (every group's %RETRY% queue is pulled
+            # too: those keep Java's file-on-first-message).
+            prepare = getattr(c.message_store, "prepare_consume_queue", None)
+            if prepare is not None:
+                prepare(topic, queue_id)
+        return None
 
     def _response_ext(self, result: GetMessageResult, sgc: Any) -> dict[str, str]:
         """PullMessageResponseHeader's wire form, built directly (only for a pull answered now: a held

@@ -21,7 +21,7 @@ from remoting.headers import (
 from remoting.message import decode_messages, decode_offset_msg_id
 from store.message import MessageExtBrokerInner
 from tests.broker.conftest import BrokerHarness, running_broker
-from tests.broker.helpers import props, pull, send_batch, send_v1, send_v2
+from tests.broker.helpers import props, pull, send_batch, send_v1, send_v2, wait_until
 
 
 async def dispatched(h: BrokerHarness) -> None:
@@ -422,3 +422,34 @@ async def test_held_pull_on_a_new_queue_has_its_consume_queue_file_made_before_t
     await dispatched(h)
     assert store.prepare_consume_queue("NewQ", 0) is False
     retry.cancel()
+
+
+async def test_pull_at_the_end_of_a_queue_with_messages_is_held_committed_and_counted(tmp_path: Path) -> None:
+    """The long-polling pull that finds nothing new (its offset is the end of a queue that has messages) is
+    held without get_message's result: it still commits the consumer's offset, counts a store miss as
+    get_message would, answers SYSTEM_BUSY past the held limit and an error when the store is unreadable."""
+    async with running_broker(tmp_path, maxHeldPullRequests="1") as h:
+        make_topic(h, "End")
+        for q in (0, 1):
+            await h.call(send_v1("End", b"x", queue_id=q))
+        await dispatched(h)
+        stats = h.controller.message_store.store_stats_service
+        misses = stats.get_message_times_total_miss
+        fut = await h.client.invoke_future(
+            h.addr, pull("End", 0, 1, sys_flag=0x1 | 0x2 | 0x4, commit_offset=1, suspend_ms=5000), 8000)
+        await wait_until(lambda: h.controller.pull_request_hold_service.held == 1)
+        assert not fut.done()
+        assert h.controller.consumer_offset_manager.query_offset("CG", "End", 0) == 1
+        assert stats.get_message_times_total_miss == misses + 1
+        busy = await h.call(pull("End", 1, 1, suspend_ms=5000))
+        assert busy.code == ResponseCode.SYSTEM_BUSY and "too many pull requests held" in (busy.remark or "")
+        await h.call(send_v1("End", b"next", queue_id=0))
+        p = await asyncio.wait_for(fut, 5)
+        assert p.code == ResponseCode.SUCCESS and [m.body for m in decode_messages(p.body)] == [b"next"]
+        flags = h.controller.message_store.running_flags
+        flags.flag_bits |= flags.NOT_READABLE_BIT
+        try:
+            r = await h.call(pull("End", 1, 1, suspend_ms=5000))
+        finally:
+            flags.flag_bits &= ~flags.NOT_READABLE_BIT
+        assert r.code == ResponseCode.SYSTEM_ERROR and "not readable" in (r.remark or "")

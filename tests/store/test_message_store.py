@@ -22,7 +22,7 @@ from remoting.message import (
     java_string_hash,
 )
 from store.filter import TagsCodeFilter
-from store.message_store import DefaultMessageStore
+from store.message_store import DefaultMessageStore, StoreNotAvailableError
 from store.results import GetMessageStatus, PutMessageStatus
 from tests.support.loop_turns import counting_loop_turns
 
@@ -247,6 +247,29 @@ async def test_get_message_statuses(store: DefaultMessageStore) -> None:
     assert res.message_count == 0 and res.next_begin_offset == 10  # skipped past the non-matching units
     res = store.get_message("g", "TopicTest", 0, 0, 2)
     assert res.message_count == 2 and res.next_begin_offset == 2
+
+
+async def test_at_queue_end_is_get_messages_offset_overflow_one_without_the_result(store: DefaultMessageStore) -> None:
+    """at_queue_end(offset) is True exactly where get_message answers OFFSET_OVERFLOW_ONE, and counts the
+    same miss; a store that cannot be read raises as get_message does."""
+    stats = store.store_stats_service
+    store.find_consume_queue("Empty", 0)
+    await put_n(store, 3)
+    await store.wait_dispatched(5)
+    cases = [("Nope", 0, 0), ("Empty", 0, 0), ("TopicTest", 0, -1), ("TopicTest", 0, 0), ("TopicTest", 0, 2),
+             ("TopicTest", 0, 3), ("TopicTest", 0, 4), ("TopicTest", 1, 0)]
+    for topic, qid, offset in cases:
+        overflow_one = store.get_message("g", topic, qid, offset, 32).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        misses = stats.get_message_times_total_miss
+        assert store.at_queue_end(topic, qid, offset) is overflow_one, (topic, qid, offset)
+        assert stats.get_message_times_total_miss == misses + overflow_one
+    assert store.at_queue_end("TopicTest", 0, 3)
+    store.running_flags.flag_bits |= store.running_flags.NOT_READABLE_BIT
+    with pytest.raises(StoreNotAvailableError, match="not readable"):
+        store.at_queue_end("TopicTest", 0, 3)
+    with pytest.raises(StoreNotAvailableError, match="not readable"):
+        store.get_message("g", "TopicTest", 0, 3, 32)
+    store.running_flags.flag_bits = 0
 
 
 async def test_message_was_removing_then_offset_too_small(
