@@ -962,6 +962,22 @@ class DefaultMessageStore:
         n = min(n_units, max_count + 1)  # +1: the loop also reads the unit it stops at
         if n <= 0:
             return None
+        if n == 1:
+            # One record in reach (a woken long-polling pull, usually): the steps below for one unit.
+            phy, size, tags_code = CQ_UNIT.unpack_from(units, 0)
+            if size <= 0 or (cq_filter is not None and not cq_filter(tags_code)) or phy < hot_from_py:
+                return None
+            mf = self.commit_log.mapped_file_queue.find_mapped_file_by_offset(phy)
+            if mf is None or mf.is_closed:
+                return None
+            rel = phy - mf.file_from_offset
+            if rel < 0 or rel + size > mf.wrote_position:
+                return None
+            result.set_run(mf.mv[rel : rel + size], phy, (phy,), (size,))
+            result.message_queue_offsets.append(start_offset)
+            result.message_count = 1
+            result.buffer_total_size = size
+            return GetMessageStatus.FOUND, 1, phy
         vals = _cq_units_struct(n).unpack_from(units, 0)
         phys = vals[0::3]
         sizes = vals[1::3]
