@@ -117,6 +117,7 @@ class PullRequestHoldService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.woken_total = 0
         self.expired_total = 0
+        self._to_wake: list[PullRequest] = []  # woken, to be answered on the next loop turn (_wake_batch)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -236,20 +237,25 @@ class PullRequestHoldService:
                 woken.append(req)
         if not woken:
             return
-        loop = self._loop or asyncio.get_running_loop()
         for req in woken:
             self._remove(req)
             self.woken_total += 1
-            # Answer on a fresh loop turn: the caller is the store's dispatcher, which must not wait on us.
-            loop.call_soon(self._wake_if_open, req)
+        # Answer on a fresh loop turn: the caller is the store's dispatcher, which must not wait on us. One
+        # turn for every pull woken meanwhile (a dispatch pass wakes one per queue it fed), not one each.
+        batch = self._to_wake
+        if not batch:
+            (self._loop or asyncio.get_running_loop()).call_soon(self._wake_batch)
+        batch += woken
 
-    def _wake_if_open(self, req: PullRequest) -> None:
-        if req.ctx.conn.closed:
-            return
-        try:
-            self._wake(req)
-        except Exception:
-            log.exception("pull_wakeup_failed", topic=req.topic, queue_id=req.queue_id)
+    def _wake_batch(self) -> None:
+        batch, self._to_wake = self._to_wake, []
+        for req in batch:
+            if req.ctx.conn.closed:
+                continue
+            try:
+                self._wake(req)
+            except Exception:
+                log.exception("pull_wakeup_failed", topic=req.topic, queue_id=req.queue_id)
 
     async def check_hold_request(self) -> None:
         """Safety net: re-check every held queue against the store's max offset, CHECK_SLICE queues per loop

@@ -386,6 +386,46 @@ async def test_held_pull_woken_by_matching_arrival_only() -> None:
     assert woken[-1] is r_other  # stop answers what is still held
 
 
+async def test_pulls_woken_in_one_turn_are_answered_together_in_order_each_on_its_own() -> None:
+    """A dispatch pass wakes one pull per queue it fed: they are answered in one callback on the next loop
+    turn, in the order woken; a closed connection's pull is skipped and a failing answer does not stop the
+    rest. A pull woken while that callback runs gets a turn of its own."""
+    answered: list[PullRequest] = []
+    queues = 4
+    svc: PullRequestHoldService
+
+    def wake(r: PullRequest) -> None:
+        if r.queue_id == 1:
+            raise RuntimeError("boom")
+        answered.append(r)
+        if r.queue_id == 0:  # an answer whose work wakes another held pull
+            svc.notify_message_arriving("Late", 0, 1)
+
+    svc = PullRequestHoldService(wake, lambda t, q: 0)
+    svc.start()
+    try:
+        conns = [FakeConn(f"c{q}") for q in range(queues)]
+        reqs = [held(conns[q], "T", q, 0, 10000) for q in range(queues)]
+        late = held(FakeConn("late"), "Late", 0, 0, 10000)
+        for r in [*reqs, late]:
+            assert svc.suspend_pull_request(r)
+        conns[2].close()
+        loop = asyncio.get_running_loop()
+        scheduled: list[object] = []
+        svc._loop = SimpleNamespace(  # type: ignore[assignment]  # counts what the service schedules
+            call_soon=lambda cb, *args: (scheduled.append(cb), loop.call_soon(cb, *args))[1])
+        for q in reversed(range(queues)):
+            svc.notify_message_arriving("T", q, 1)
+        assert len(scheduled) == 1  # one callback for all four
+        assert answered == [] and svc.held == 1
+        await asyncio.sleep(0)
+        assert answered == [reqs[3], reqs[0]]  # woken order; 2 closed, 1 failed alone
+        await asyncio.sleep(0)
+        assert answered == [reqs[3], reqs[0], late] and svc.held == 0
+    finally:
+        await svc.stop()
+
+
 async def test_a_queues_first_held_pull_is_announced_once() -> None:
     """The store keeps its listeners' per-queue filter answers: the hold service says when has_held turns
     true for a queue, and only then."""
