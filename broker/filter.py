@@ -52,7 +52,7 @@ class ExpressionMessageFilter:
     does not touch pydantic (pulls are a hot path).
     """
 
-    __slots__ = ("expression", "expression_type", "_all", "_codes")
+    __slots__ = ("expression", "expression_type", "_all", "_codes", "matches_every_unit", "needs_commit_log_match")
 
     def __init__(self, expression: str | None, codes: Iterable[int] = (), expression_type: str | None = None) -> None:
         self.expression = expression if expression else SUB_ALL
@@ -60,6 +60,10 @@ class ExpressionMessageFilter:
         self._codes = frozenset(codes)
         # Non-tag expressions (SQL92) are not evaluated on the consume queue here.
         self._all = (not is_tag_type(expression_type)) or self.expression.strip() == SUB_ALL
+        # What the store reads (store.filter.MessageFilter): "*" accepts every consume queue unit; a tag filter
+        # needs no commit log stage (is_matched_by_commit_log always matches), so records are not decoded.
+        self.matches_every_unit = self._all
+        self.needs_commit_log_match = not is_tag_type(expression_type)
 
     @classmethod
     def parse(cls, expression: str | None, expression_type: str | None = None) -> ExpressionMessageFilter:
@@ -92,12 +96,6 @@ class ExpressionMessageFilter:
 
     def is_matched_by_commit_log(self, msg_buffer: object, properties: Mapping[str, str] | None) -> bool:
         return True
-
-    @property
-    def needs_commit_log_match(self) -> bool:
-        """False for tag filters: the store then skips decoding each record's properties for
-        is_matched_by_commit_log (it always matches), which dominated the pull path."""
-        return not is_tag_type(self.expression_type)
 
     def __repr__(self) -> str:
         return f"ExpressionMessageFilter({self.expression!r})"

@@ -8,6 +8,10 @@ from typing import Protocol, runtime_checkable
 
 @runtime_checkable
 class MessageFilter(Protocol):
+    """What get_message asks of a filter. Optional attributes it reads when present: `matches_every_unit`
+    (True: is_matched_by_consume_queue accepts every tags code, so it is not called) and, with
+    is_matched_by_commit_log, `needs_commit_log_match` (False: that stage accepts every record)."""
+
     def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
 
 
@@ -23,10 +27,10 @@ class CommitLogMessageFilter(Protocol):
 class TagsCodeFilter:
     """Matches when the CQ unit's tags code is in the subscribed set (`*` = everything)."""
 
-    __slots__ = ("_codes", "_all")
+    __slots__ = ("_codes", "_all", "matches_every_unit")
 
     def __init__(self, codes: Iterable[int] | None) -> None:
-        self._all = codes is None
+        self._all = self.matches_every_unit = codes is None
         self._codes = frozenset(codes or ())
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:

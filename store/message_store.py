@@ -868,10 +868,12 @@ class DefaultMessageStore:
         else:
             mem_bytes = disk_bytes = max_total_bytes
             mem_count = disk_count = max_msg_nums
-        cq_filter = message_filter.is_matched_by_consume_queue if message_filter is not None else None
-        cl_filter = getattr(message_filter, "is_matched_by_commit_log", None)
-        if cl_filter is not None and not getattr(message_filter, "needs_commit_log_match", True):
-            cl_filter = None  # a filter that says it matches every record: no per-record decoding
+        cq_filter = cl_filter = None
+        if message_filter is not None:
+            if not getattr(message_filter, "matches_every_unit", False):  # ("*": no call per unit)
+                cq_filter = message_filter.is_matched_by_consume_queue
+            if getattr(message_filter, "needs_commit_log_match", True):  # (False: no per-record decoding)
+                cl_filter = getattr(message_filter, "is_matched_by_commit_log", None)
         buffers = result.message_buffers
         offsets = result.message_queue_offsets
         if cl_filter is None:

@@ -247,6 +247,10 @@ def test_filter_matches_tags_codes() -> None:
     bogus = SubscriptionData(topic="T", sub_string="a", tags_set=["a"], code_set=[0])
     assert ExpressionMessageFilter.from_subscription(bogus).is_matched_by_consume_queue(java_string_hash("a"))
     assert not ExpressionMessageFilter.from_subscription(bogus).is_matched_by_consume_queue(0)
+    # What the store reads to skip calls: "*" accepts every unit; only non-tag filters need the record.
+    assert [ExpressionMessageFilter.parse(e).matches_every_unit for e in ("*", None, "a||b")] == [True, True, False]
+    assert not ExpressionMessageFilter.parse("a").needs_commit_log_match
+    assert ExpressionMessageFilter.parse("a > 1", "SQL92").needs_commit_log_match
 
 
 # ---------------------------------------------------------------------------------------- locks

@@ -343,6 +343,31 @@ async def test_offset_found_null(make_store: Callable[..., DefaultMessageStore])
     first.close_blocking()
 
 
+async def test_a_filter_that_matches_every_unit_is_not_asked_per_unit(store: DefaultMessageStore) -> None:
+    """A filter saying matches_every_unit is not called for each consume queue unit; one that does not
+    say so still is (and still filters)."""
+
+    class Everything:
+        matches_every_unit = True
+
+        def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+            raise AssertionError("asked about a unit")
+
+    class Odd:
+        def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+            return tags_code % 2 == 1
+
+    for i in range(6):
+        await store.put_message(make_msg(body=b"m", tags=f"T{i}"))
+    await store.wait_dispatched(5)
+    for n in (1, 6):  # the one-record path and the run
+        res = store.get_message("g", "TopicTest", 0, 6 - n, 32, Everything())  # type: ignore[arg-type]
+        assert res.status == GetMessageStatus.FOUND and res.message_count == n
+    res = store.get_message("g", "TopicTest", 0, 0, 32, Odd())  # type: ignore[arg-type]
+    odd = [t for t in (f"T{i}" for i in range(6)) if java_string_hash(t) % 2 == 1]
+    assert [m.tags for m in decode_messages(res.body())] == odd
+
+
 async def test_transfer_caps(store: DefaultMessageStore) -> None:
     await put_n(store, 100)
     await store.wait_dispatched(5)
