@@ -188,27 +188,33 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
-def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                 keep: Path | None = None, group: int | None = None, turns: int = 1, tags: str | None = None) -> int:
-    """Loop-thread instructions of one child run under callgrind."""
+def loop_thread_instructions(script: Path, args: list[str], keep: Path | None = None, timeout: float = 1800) -> int:
+    """Instructions of the main thread (the event loop) of `python script args...` run under callgrind;
+    its output file is copied to `keep` when given (for callgrind_annotate)."""
     with tempfile.TemporaryDirectory(prefix="cg-out-") as out:
-        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
-               f"--callgrind-out-file={out}/cg.%p", sys.executable, str(Path(__file__).resolve()),
-               "--child", "--root", str(root), "--workload", workload, "--flush", flush,
-               "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics),
-               *(["--group", str(group)] if group else []), "--turns", str(turns), *(["--tags", tags] if tags else [])]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}/cg.%p",
+               sys.executable, str(script), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
             raise SystemExit(f"callgrind run failed:\n{r.stderr[-2000:]}")
         main = sorted(glob.glob(f"{out}/cg.*-01"))  # thread 1: the event loop
         if not main:
             raise SystemExit("no callgrind output for the main thread")
-        if keep is not None:  # for callgrind_annotate
+        if keep is not None:
             shutil.copy(main[0], keep)
         for line in open(main[0]):
             if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])
     raise SystemExit("no instruction total in the callgrind output")
+
+
+def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
+                 keep: Path | None = None, group: int | None = None, turns: int = 1, tags: str | None = None) -> int:
+    """Loop-thread instructions of one child run under callgrind."""
+    return loop_thread_instructions(Path(__file__).resolve(), [
+        "--child", "--root", str(root), "--workload", workload, "--flush", flush,
+        "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics),
+        *(["--group", str(group)] if group else []), "--turns", str(turns), *(["--tags", tags] if tags else [])], keep)
 
 
 def main() -> int:

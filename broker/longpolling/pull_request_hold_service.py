@@ -197,8 +197,12 @@ class PullRequestHoldService:
         return True
 
     def _fire(self, req: PullRequest) -> None:
-        if not self._remove(req):
-            return
+        if self._remove(req):
+            self._answer(req)
+
+    def _answer(self, req: PullRequest) -> None:
+        """Run a pull taken out of the tables again and answer it (not on a closed connection; a failure
+        is logged, and stays this pull's)."""
         if req.ctx.conn.closed:
             return
         try:
@@ -251,12 +255,7 @@ class PullRequestHoldService:
     def _wake_batch(self) -> None:
         batch, self._to_wake = self._to_wake, []
         for req in batch:
-            if req.ctx.conn.closed:
-                continue
-            try:
-                self._wake(req)
-            except Exception:
-                log.exception("pull_wakeup_failed", topic=req.topic, queue_id=req.queue_id)
+            self._answer(req)
 
     async def check_hold_request(self) -> None:
         """Safety net: re-check every held queue against the store's max offset, CHECK_SLICE queues per loop
