@@ -157,7 +157,7 @@ class MQClientInstance:
     def loop_if_current(self) -> asyncio.AbstractEventLoop | None:
         """The instance's loop when the caller runs on it (its thread, while it runs), else None. Cheaper
         than asyncio's running-loop look-up, which on CPython 3.11 makes a getpid() system call each time
-        (~150 ns here): a future made with loop= skips it, two of them a pipelined send."""
+        (~150 ns here), which a future made with loop= skips: a pipelined send made two."""
         loop = self._loop
         if loop is not None and self._loop_thread == _get_ident() and loop.is_running():
             return loop
