@@ -52,17 +52,16 @@ class ExpressionMessageFilter:
     does not touch pydantic (pulls are a hot path).
     """
 
-    __slots__ = ("expression", "expression_type", "_all", "_codes", "matches_every_unit", "needs_commit_log_match")
+    __slots__ = ("expression", "expression_type", "_codes", "matches_every_unit", "needs_commit_log_match")
 
     def __init__(self, expression: str | None, codes: Iterable[int] = (), expression_type: str | None = None) -> None:
         self.expression = expression if expression else SUB_ALL
         self.expression_type = expression_type or EXPRESSION_TYPE_TAG
         self._codes = frozenset(codes)
-        # Non-tag expressions (SQL92) are not evaluated on the consume queue here.
-        self._all = (not is_tag_type(expression_type)) or self.expression.strip() == SUB_ALL
-        # What the store reads (store.filter.MessageFilter): "*" accepts every consume queue unit; a tag filter
-        # needs no commit log stage (is_matched_by_commit_log always matches), so records are not decoded.
-        self.matches_every_unit = self._all
+        # What the store reads (store.filter.MessageFilter): "*" accepts every consume queue unit (and non-tag
+        # expressions, SQL92, are not evaluated on the consume queue here); a tag filter needs no commit log
+        # stage (is_matched_by_commit_log always matches), so records are not decoded.
+        self.matches_every_unit = (not is_tag_type(expression_type)) or self.expression.strip() == SUB_ALL
         self.needs_commit_log_match = not is_tag_type(expression_type)
 
     @classmethod
@@ -90,7 +89,7 @@ class ExpressionMessageFilter:
         return cls(sd.sub_string, sd.code_set)
 
     def is_matched_by_consume_queue(self, tags_code: int | None) -> bool:
-        if self._all or tags_code is None:
+        if self.matches_every_unit or tags_code is None:
             return True
         return tags_code in self._codes
 

@@ -27,11 +27,11 @@ class CommitLogMessageFilter(Protocol):
 class TagsCodeFilter:
     """Matches when the CQ unit's tags code is in the subscribed set (`*` = everything)."""
 
-    __slots__ = ("_codes", "_all", "matches_every_unit")
+    __slots__ = ("_codes", "matches_every_unit")
 
     def __init__(self, codes: Iterable[int] | None) -> None:
-        self._all = self.matches_every_unit = codes is None
+        self.matches_every_unit = codes is None
         self._codes = frozenset(codes or ())
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:
-        return self._all or tags_code in self._codes
+        return self.matches_every_unit or tags_code in self._codes

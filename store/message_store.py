@@ -759,10 +759,7 @@ class DefaultMessageStore:
         `max_total_bytes` the transfer caps are RocketMQ's (maxTransfer{Bytes,Count}OnMessageIn{Memory,Disk});
         with it, the caps are `max_total_bytes` and `max_msg_nums` alone.
         """
-        if self.shutdown_flag:
-            raise StoreNotAvailableError("message store has shut down")
-        if not self.running_flags.is_readable():
-            raise StoreNotAvailableError("message store is not readable")
+        self._check_readable()
         begin = time.monotonic()
         stats = self.store_stats_service
         status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
@@ -831,16 +828,19 @@ class DefaultMessageStore:
         is its end), counted as get_message counts that miss, without building a result: the usual
         long-polling pull, which finds nothing new and is held. Raises as get_message does when the store
         cannot be read."""
-        if self.shutdown_flag:
-            raise StoreNotAvailableError("message store has shut down")
-        if not self.running_flags.is_readable():
-            raise StoreNotAvailableError("message store is not readable")
-        qmap = self.consume_queue_table.get(topic)
-        cq = None if qmap is None else qmap.get(queue_id)
+        self._check_readable()
+        cq = self.get_consume_queue(topic, queue_id)
         if cq is None or offset <= 0 or offset != cq.get_max_offset_in_queue() or offset < cq.get_min_offset_in_queue():
             return False
         self.store_stats_service.get_message_times_total_miss += 1
         return True
+
+    def _check_readable(self) -> None:
+        """Raise StoreNotAvailableError when reads are refused (shut down, or flagged not readable)."""
+        if self.shutdown_flag:
+            raise StoreNotAvailableError("message store has shut down")
+        if not self.running_flags.is_readable():
+            raise StoreNotAvailableError("message store is not readable")
 
     def _fill_get_result(
         self,
