@@ -15,7 +15,7 @@ e2e message swings 40-80 us between runs here, as the consumer's pull rate follo
 pull is held only if it arrives before the next message); this fixes the pattern at 8 held pulls a tick.
 With --callgrind the script runs itself twice under valgrind's callgrind (--small and --large ticks)
 and divides the difference of the loop thread's instructions by the extra ticks. Repeated on an idle
-machine the count moves by ~0.15%; the loop's timed work (flush rounds, the hold service's safety check)
+machine the count moved by 0.15-1.8%; the loop's timed work (flush rounds, the hold service's safety check)
 is in it too, so a run slowed by other load counts more (+40% once, with CI running beside it).
 """
 
