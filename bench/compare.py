@@ -218,6 +218,8 @@ def run_one(system: str, workload: str, a: argparse.Namespace, env: dict[str, An
     else:
         cmd = [str(PEER_PY), str(BENCH / "wl_peers.py"), "--system", system, "--addr", env[f"{system}_addr"],
                *common, "--inflight", str(a.inflight), "--batch-inflight", str(a.batch_inflight)]
+        if system == "redis":
+            cmd += ["--redis-appendfsync", a.redis_appendfsync]
         pid = env[f"{system}_pid"]
     # The servers not under test should be idle; what they used anyway (a broker paging in its next
     # CommitLog file, a peer's background flush) competed with this run for the two CPUs.
@@ -285,6 +287,15 @@ def steal_percent(before: tuple[int, int] | None, after: tuple[int, int] | None)
     if before is None or after is None or after[1] <= before[1]:
         return None
     return round(100.0 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
+def _redis_persistence_text(appendfsync: str) -> str:
+    """How the Redis peer kept its data outside the SYNC_FLUSH row (--redis-appendfsync)."""
+    if appendfsync == "off":
+        return ("Redis without persistence (no AOF, no RDB) outside the SYNC_FLUSH row (AOF `appendfsync always` "
+                "there): a weaker promise than ASYNC_FLUSH, whose acknowledged messages outlive the broker process")
+    return (f"Redis with AOF `appendfsync {appendfsync}` (each write reaches the kernel before its reply, as "
+            "ASYNC_FLUSH's do; `always` in the SYNC_FLUSH row)")
 
 
 def _steal_text(pct: float | None) -> str:
@@ -413,7 +424,8 @@ def write_report(summary: dict[str, Any], meta: dict[str, Any], a: argparse.Name
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
         f"- Parameters: count {a.count:,} (sync_send {a.sync_count:,}; e2e {a.rate:,.0f} msg/s for "
         f"{a.e2e_seconds:g} s), {a.inflight} in flight for pipelined sends, {a.batch_inflight} batches of 32 in "
-        "flight, this project's broker ASYNC_FLUSH (SYNC_FLUSH for that row).",
+        "flight, this project's broker ASYNC_FLUSH (SYNC_FLUSH for that row), "
+        + _redis_persistence_text(a.redis_appendfsync) + ".",
         "- This project's broker config: "
         + (
             "upstream defaults except " + ", ".join(f"`{k}={v}`" for k, v in a.broker_overrides.items())
@@ -513,6 +525,12 @@ def main() -> int:
         help="a broker config override for this project's brokers (repeatable; shown in the report), "
         "e.g. maxTransferCountOnMessageInMemory=256",
     )
+    ap.add_argument(
+        "--redis-appendfsync", choices=("off", "no", "everysec"), default="off",
+        help="Redis persistence outside the SYNC_FLUSH row: off (the default, no AOF: Redis at its fastest, "
+        "but an acknowledged message is lost when its process dies, which ASYNC_FLUSH's is not), or AOF with "
+        "that fsync policy (the write reaches the kernel before the reply, as ASYNC_FLUSH's does)",
+    )
     ap.add_argument("--out", default=str(BENCH), help="where RESULTS.md, results.json and results.png go")
     a = ap.parse_args()
     a.workload_list = [w for w in a.workloads.split(",") if w]
@@ -555,7 +573,8 @@ def main() -> int:
             rport, nport = free_port(), free_port()
             (tmp / "redis").mkdir()
             servers.append(Server("redis", ["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
-                                            "--save", "", "--appendonly", "no", "--dir", str(tmp / "redis")],
+                                            "--save", "", "--appendonly", "no", "--auto-aof-rewrite-percentage", "0",
+                                            "--dir", str(tmp / "redis")],
                                   tmp / "redis.log"))
             env["redis_pid"], env["redis_addr"] = servers[-1].pid, f"127.0.0.1:{rport}"
             servers.append(Server("nats", ["nats-server", "-a", "127.0.0.1", "-p", str(nport), "-js",

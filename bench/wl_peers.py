@@ -31,6 +31,7 @@ from typing import Any
 import uvloop
 
 STAMP = "ts"
+REDIS_APPENDFSYNC = ("off", "no", "everysec")
 
 
 def percentiles(lat_ms: list[float]) -> dict[str, float]:
@@ -61,6 +62,24 @@ async def paced(count: int, rate: float, send_due: Any) -> None:
 # ------------------------------------------------------------------ Redis Streams
 
 
+async def set_redis_persistence(r: Any, appendfsync: str) -> None:
+    """AOF off ("off") or on with that fsync policy, taking effect before the timed run: turning the AOF on
+    starts a rewrite, and until it has finished Redis is not yet logging writes the new way."""
+    if appendfsync == "off":
+        await r.config_set("appendonly", "no")
+        return
+    await r.config_set("appendfsync", appendfsync)
+    await r.config_set("appendonly", "yes")
+    deadline = time.monotonic() + 30
+    while True:
+        info = await r.info("persistence")
+        if info.get("aof_enabled") == 1 and not info.get("aof_rewrite_in_progress"):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("redis AOF did not come on within 30 s")
+        await asyncio.sleep(0.01)
+
+
 async def redis_workload(a: argparse.Namespace, body: bytes) -> dict[str, Any]:
     import redis.asyncio as aredis
 
@@ -71,11 +90,8 @@ async def redis_workload(a: argparse.Namespace, body: bytes) -> dict[str, Any]:
     lat: list[float] = []
     try:
         await r.ping()
-        if w == "sync_flush_batch":
-            await r.config_set("appendonly", "yes")
-            await r.config_set("appendfsync", "always")
-        else:
-            await r.config_set("appendonly", "no")
+        fsync = "always" if w == "sync_flush_batch" else a.redis_appendfsync
+        await set_redis_persistence(r, fsync)
 
         async def pipelined(stream_of: Any, total: int, per_pipe: int, concurrency: int) -> None:
             left = [total]
@@ -288,6 +304,11 @@ def main() -> int:
     ap.add_argument("--batch-inflight", type=int, default=8)
     ap.add_argument("--topics", type=int, default=1000)
     ap.add_argument("--rate", type=float, default=10000)
+    ap.add_argument("--redis-appendfsync", choices=REDIS_APPENDFSYNC, default="off",
+                    help="Redis persistence for every workload but sync_flush_batch (which is AOF fsync always): "
+                    "off = no AOF (an acknowledged message is lost when the server stops); no / everysec = AOF written to the "
+                    "kernel before the reply (kept when the server process dies, as ASYNC_FLUSH's mapped writes are) "
+                    "and fsynced by the OS / every second")
     a = ap.parse_args()
     body = b"x" * a.size
     fn = redis_workload if a.system == "redis" else nats_workload

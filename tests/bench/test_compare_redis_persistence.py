@@ -1,0 +1,61 @@
+"""bench/compare.py's --redis-appendfsync: the Redis peer's persistence outside the SYNC_FLUSH row reaches the
+Redis client runs (and only those), and the report says which promise Redis was measured under."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.support.bench_scripts import load_bench_script
+
+
+def _args(**kw: Any) -> argparse.Namespace:
+    base = dict(count=1000, sync_count=100, rate=10_000.0, e2e_seconds=1.0, topics=10, inflight=256,
+                batch_inflight=8, redis_appendfsync="off")
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("fsync", ["off", "everysec"])
+def test_only_redis_runs_get_the_persistence_flag(monkeypatch: pytest.MonkeyPatch, fsync: str) -> None:
+    c = load_bench_script("compare")
+    seen: list[list[str]] = []
+
+    def fake_sh(cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, '{"msgs": 1000, "seconds": 1.0}\n', "")
+
+    monkeypatch.setattr(c, "sh", fake_sh)
+    me = os.getpid()
+    env = {"ns": "127.0.0.1:1", "broker_pid": me, "redis_pid": me, "redis_addr": "127.0.0.1:2",
+           "nats_pid": me, "nats_addr": "127.0.0.1:3"}
+    a = _args(redis_appendfsync=fsync)
+    for system in ("this", "redis", "nats"):
+        out = c.run_one(system, "async_send", a, env)
+        assert out["workload"] == "async_send"
+    this_cmd, redis_cmd, nats_cmd = seen
+    i = redis_cmd.index("--redis-appendfsync")
+    assert redis_cmd[i + 1] == fsync
+    assert "--redis-appendfsync" not in this_cmd
+    assert "--redis-appendfsync" not in nats_cmd
+
+
+def test_report_names_the_redis_promise() -> None:
+    c = load_bench_script("compare")
+    off = c._redis_persistence_text("off")
+    assert "without persistence" in off and "weaker promise than ASYNC_FLUSH" in off
+    on = c._redis_persistence_text("everysec")
+    assert "AOF `appendfsync everysec`" in on and "before its reply" in on
+
+
+def test_peer_script_refuses_an_unknown_policy(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    p = load_bench_script("wl_peers")
+    assert p.REDIS_APPENDFSYNC == ("off", "no", "everysec")
+    monkeypatch.setattr("sys.argv", ["wl_peers.py", "--system", "redis", "--addr", "127.0.0.1:1",
+                                     "--workload", "async_send", "--redis-appendfsync", "always"])
+    with pytest.raises(SystemExit):
+        p.main()
+    assert "--redis-appendfsync" in capsys.readouterr().err
