@@ -10,9 +10,10 @@ What it does:
 1. Set-up (skipped when present): `apt-get install -y redis-server nats-server` and a separate venv
    build/venv-bench with redis, hiredis, nats-py, uvloop and matplotlib. `make test` never needs them.
 2. Starts this project's cluster itself (bin/mqnamesrv + bin/mqbroker, ASYNC_FLUSH; a second pair
-   with SYNC_FLUSH for sync_flush_batch), redis-server (no persistence; AOF appendfsync always for
-   sync_flush_batch) and nats-server -js (file storage), all on free 127.0.0.1 ports with temporary
-   data directories; every server is stopped by its PID at the end.
+   with SYNC_FLUSH for sync_flush_batch), redis-server (no persistence, or AOF with the fsync policy of
+   --redis-appendfsync; AOF appendfsync always for sync_flush_batch) and nats-server -js (file storage),
+   all on free 127.0.0.1 ports with temporary data directories; every server is stopped by its PID
+   at the end.
 3. Runs each workload --runs times per system, interleaved (this, redis, nats, this, ...), each run
    a fresh client process: bench/wl_rocketmq.py in the project venv, bench/wl_peers.py in
    build/venv-bench. Server CPU per message comes from /proc/PID/stat around each run; so does the
