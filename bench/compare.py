@@ -295,8 +295,11 @@ def _redis_persistence_text(appendfsync: str) -> str:
     if appendfsync == "off":
         return ("Redis without persistence (no AOF, no RDB) outside the SYNC_FLUSH row (AOF `appendfsync always` "
                 "there): a weaker promise than ASYNC_FLUSH, whose acknowledged messages outlive the broker process")
-    return (f"Redis with AOF `appendfsync {appendfsync}` (each write reaches the kernel before its reply, as "
-            "ASYNC_FLUSH's do; `always` in the SYNC_FLUSH row)")
+    if appendfsync == "no":
+        return ("Redis with AOF `appendfsync no` (each write reaches the kernel before its reply, as ASYNC_FLUSH's "
+                "do; `always` in the SYNC_FLUSH row)")
+    return (f"Redis with AOF `appendfsync {appendfsync}` (each write reaches the kernel before its reply but while "
+            "a slow fsync runs, when Redis holds writes back for up to 2 s; `always` in the SYNC_FLUSH row)")
 
 
 def _steal_text(pct: float | None) -> str:
@@ -529,8 +532,9 @@ def main() -> int:
     ap.add_argument(
         "--redis-appendfsync", choices=("off", "no", "everysec"), default="off",
         help="Redis persistence outside the SYNC_FLUSH row: off (the default, no AOF: Redis at its fastest, "
-        "but an acknowledged message is lost when its process dies, which ASYNC_FLUSH's is not), or AOF with "
-        "that fsync policy (the write reaches the kernel before the reply, as ASYNC_FLUSH's does)",
+        "but an acknowledged message is lost when its process dies, which ASYNC_FLUSH's is not), no (AOF "
+        "written to the kernel before each reply and left to the OS to flush: ASYNC_FLUSH's promise), or "
+        "everysec (the same, fsynced every second, but a write may wait up to 2 s behind a slow fsync)",
     )
     ap.add_argument("--out", default=str(BENCH), help="where RESULTS.md, results.json and results.png go")
     a = ap.parse_args()

@@ -306,9 +306,10 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=10000)
     ap.add_argument("--redis-appendfsync", choices=REDIS_APPENDFSYNC, default="off",
                     help="Redis persistence for every workload but sync_flush_batch (which is AOF fsync always): "
-                    "off = no AOF (an acknowledged message is lost when the server stops); no / everysec = AOF written to the "
-                    "kernel before the reply (kept when the server process dies, as ASYNC_FLUSH's mapped writes are) "
-                    "and fsynced by the OS / every second")
+                    "off = no AOF (an acknowledged message is lost when the server stops); no = AOF written to the "
+                    "kernel before the reply (kept when the server process dies, as ASYNC_FLUSH's mapped writes are), "
+                    "flushed by the OS; everysec = the same, fsynced every second (a write may then wait up to 2 s "
+                    "behind a slow fsync while replies go out)")
     a = ap.parse_args()
     body = b"x" * a.size
     fn = redis_workload if a.system == "redis" else nats_workload

@@ -47,8 +47,10 @@ def test_report_names_the_redis_promise() -> None:
     c = load_bench_script("compare")
     off = c._redis_persistence_text("off")
     assert "without persistence" in off and "weaker promise than ASYNC_FLUSH" in off
-    on = c._redis_persistence_text("everysec")
-    assert "AOF `appendfsync everysec`" in on and "before its reply" in on
+    matched = c._redis_persistence_text("no")
+    assert "AOF `appendfsync no`" in matched and "before its reply, as ASYNC_FLUSH's do" in matched
+    every = c._redis_persistence_text("everysec")
+    assert "AOF `appendfsync everysec`" in every and "holds writes back for up to 2 s" in every
 
 
 def test_peer_script_refuses_an_unknown_policy(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
