@@ -61,8 +61,8 @@ class ExpressionMessageFilter:
         # What the store reads (store.filter.MessageFilter): "*" accepts every consume queue unit (and non-tag
         # expressions, SQL92, are not evaluated on the consume queue here); a tag filter needs no commit log
         # stage (is_matched_by_commit_log always matches), so records are not decoded.
-        self.matches_every_unit = (not is_tag_type(expression_type)) or self.expression.strip() == SUB_ALL
         self.needs_commit_log_match = not is_tag_type(expression_type)
+        self.matches_every_unit = self.needs_commit_log_match or self.expression.strip() == SUB_ALL
 
     @classmethod
     def parse(cls, expression: str | None, expression_type: str | None = None) -> ExpressionMessageFilter:
