@@ -56,6 +56,7 @@ from ..validators import (
     check_group,
     check_message,
 )
+from .accumulator import MAX_BATCH_BYTES, MAX_BATCH_DELAY_MS, ProduceAccumulator
 from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION, MQFaultStrategy
 from .selector import MessageQueueSelector, SelectorFunction, as_selector
 
@@ -105,10 +106,14 @@ class _State(enum.Enum):
     CREATE_JUST = 0
     RUNNING = 1
     SHUTDOWN = 2
+    # shutdown() waits for what is in flight: no new sends, but the accepted ones still run (a send that
+    # still had to look its route up or open its connection, a retry, an auto-batch flushed at shutdown).
+    STOPPING = 3
 
 
 # Enum members bound once for the per-send paths (an Enum class attribute lookup costs ~10x a global).
 _RUNNING = _State.RUNNING
+_STOPPING = _State.STOPPING
 _SEND_OK = SendStatus.SEND_OK
 _SYNC = CommunicationMode.SYNC
 _get_running_loop = asyncio._get_running_loop  # None when no loop runs (a C call, no exception)
@@ -258,7 +263,15 @@ class Producer:
         send_smart_msg: use SEND_MESSAGE_V2 (short header names); False sends SEND_MESSAGE.
         max_async_inflight: at most this many send_async()/send_batch_async() calls of this
             producer are on the wire at once; later ones wait their turn (so a burst of futures
-            does not overrun the broker's send queue into SYSTEM_BUSY).
+            does not overrun the broker's send queue into SYSTEM_BUSY). An auto-batch is one.
+        auto_batch: gather plain send()/send_async() messages into SEND_BATCH_MESSAGE requests,
+            each caller still getting its own SendResult (RocketMQ 5's setAutoBatch; see
+            client.producer.accumulator for what is batched and when it goes out).
+        batch_max_delay_ms: auto_batch: how long a batch waits for more; 0 (the default) sends at
+            the end of the event loop's current iteration.
+        batch_max_bytes: auto_batch: a batch goes out once its bodies reach this (at most 2 MiB).
+        total_batch_max_bytes: auto_batch: bodies held in all batches being gathered; past it,
+            messages are sent singly.
         client_config: shared client runtime settings (instance name, intervals, ...).
     """
 
@@ -283,6 +296,10 @@ class Producer:
         system_busy_backoff: int = 100,
         send_smart_msg: bool = True,
         max_async_inflight: int = 1024,
+        auto_batch: bool = False,
+        batch_max_delay_ms: int = 0,
+        batch_max_bytes: int = 32 * 1024,
+        total_batch_max_bytes: int = 32 * 1024 * 1024,
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
     ) -> None:
@@ -308,6 +325,15 @@ class Producer:
             raise MQClientError("max_async_inflight must be > 0")
         self.max_async_inflight = max_async_inflight
         self._async_permits = _InflightLimiter(max_async_inflight)
+        if not 0 <= batch_max_delay_ms <= MAX_BATCH_DELAY_MS:
+            raise MQClientError(f"batch_max_delay_ms must be 0..{MAX_BATCH_DELAY_MS}, got {batch_max_delay_ms}")
+        if not 0 < batch_max_bytes <= MAX_BATCH_BYTES:
+            raise MQClientError(f"batch_max_bytes must be 1..{MAX_BATCH_BYTES}, got {batch_max_bytes}")
+        if total_batch_max_bytes <= 0:
+            raise MQClientError(f"total_batch_max_bytes must be > 0, got {total_batch_max_bytes}")
+        self.accumulator: ProduceAccumulator | None = (
+            ProduceAccumulator(self, batch_max_delay_ms, batch_max_bytes, total_batch_max_bytes) if auto_batch else None
+        )
         self.fault_strategy = MQFaultStrategy(
             send_latency_fault_enable, tuple(latency_max), tuple(not_available_duration)
         )
@@ -383,9 +409,12 @@ class Producer:
         if self._state is not _State.RUNNING:
             self._state = _State.SHUTDOWN
             return
-        self._state = _State.SHUTDOWN
+        if self.accumulator is not None:
+            self.accumulator.flush()  # what was gathered goes out
+        self._state = _State.STOPPING
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=self.send_msg_timeout / 1000.0 + 1.0)
+        self._state = _State.SHUTDOWN
         inst = self._instance
         self._instance = None
         if inst is not None:
@@ -403,10 +432,22 @@ class Producer:
         await self.shutdown()
 
     def _running_instance(self) -> MQClientInstance:
+        """The client instance for work already accepted (also while shutdown() waits for it)."""
         inst = self._instance
-        if inst is None or self._state is not _State.RUNNING:
+        if inst is None or (self._state is not _RUNNING and self._state is not _STOPPING):
             raise NotStartedError(f"producer {self._group} is not running: call start() first")
         return inst
+
+    def _not_accepting(self) -> NotStartedError:
+        """The error for a new send when not running (checked where each public send starts)."""
+        if self._state is _STOPPING:
+            return NotStartedError(f"producer {self._group} is shutting down")
+        return NotStartedError(f"producer {self._group} is not running: call start() first")
+
+    def _failed_future(self, exc: BaseException) -> asyncio.Future[SendResult]:
+        fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        fut.set_exception(exc)
+        return fut
 
     # ------------------------------------------------------------------ MQProducerInner
     def check_transaction_state(
@@ -427,6 +468,17 @@ class Producer:
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
         """Send and wait for the broker's answer. With `queue`, send to that queue (one attempt)."""
+        if self._state is not _RUNNING:
+            raise self._not_accepting()
+        acc = self.accumulator
+        if acc is not None:
+            fut = acc.add(msg, queue, timeout, True)
+            if fut is not None:
+                return await fut
+        return await self._send_now(msg, queue, timeout)
+
+    async def _send_now(self, msg: Message, queue: MessageQueue | None, timeout: float | None) -> SendResult:
+        """send() without auto-batching."""
         if queue is None and self._state is _RUNNING and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
             info = self._instance.get_publish_info(msg.topic)  # type: ignore[union-attr]
             if info is not None:
@@ -470,14 +522,99 @@ class Producer:
         None); errors raised by the callback are logged. Must be called with a running loop.
         """
         fut: asyncio.Future[SendResult] | None = None
+        acc = self.accumulator
+        if self._state is not _RUNNING:
+            fut = self._failed_future(self._not_accepting())
+        elif acc is not None:
+            try:
+                fut = acc.add(msg, queue, timeout, False)
+            except Exception as e:  # an invalid message: its future fails, as the slow path's would
+                fut = self._failed_future(e)
+        if fut is None:
+            fut = self._send_async_now(msg, queue, timeout)
+        if callback is not None:
+            fut.add_done_callback(lambda f: _run_callback(callback, f))
+        return fut
+
+    def _send_async_now(
+        self, msg: Message, queue: MessageQueue | None, timeout: float | None
+    ) -> asyncio.Future[SendResult]:
+        """send_async() without auto-batching and callback; the future is tracked."""
+        fut: asyncio.Future[SendResult] | None = None
         if queue is None and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
             fut = self._send_async_fast(msg.topic, self._prepare_now, msg, timeout)  # tracks itself
         if fut is None:
             fut = asyncio.ensure_future(self._send_async_impl(msg, queue, timeout))
             self._track(fut)
-        if callback is not None:
-            fut.add_done_callback(lambda f: _run_callback(callback, f))
         return fut
+
+    # ------------------------------------------------------------------ auto-batching (ProduceAccumulator)
+    def _check_batch_member(self, m: Message) -> None:
+        """The per-message checks of _prepare_batch, made when a message joins an auto-batch, so that an
+        invalid one fails alone."""
+        if self._state is not _RUNNING:
+            self._running_instance()  # raises NotStartedError
+        body = m.body
+        if (
+            m.__class__ is not Message
+            or body.__class__ is not bytes
+            or not 0 < len(body) <= self.max_message_size
+            or m.topic not in self._checked_topics
+        ):
+            check_message(m, self.max_message_size)
+            if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
+                self._checked_topics.add(m.topic)
+
+    def _send_direct(
+        self, msg: Message, queue: MessageQueue | None, timeout: float | None, sync: bool
+    ) -> asyncio.Future[SendResult]:
+        """One message of an auto-batch sent on its own (a batch of one, or a batch the checks refused),
+        with the retries of its mode."""
+        if not sync:
+            return self._send_async_now(msg, queue, timeout)
+        fut = asyncio.ensure_future(self._send_now(msg, queue, timeout))
+        self._track(fut)
+        return fut
+
+    def _send_prepared_batch(
+        self, prepared: _Prepared, queue: MessageQueue | None, timeout: float | None, sync: bool
+    ) -> asyncio.Future[SendResult]:
+        """An auto-batch, prepared, sent as send_batch_async (sync False) or send_batch would; tracked."""
+        if not sync:
+            if queue is None:
+                fast = self._send_async_fast(prepared.topic, _as_is, prepared, timeout)
+                if fast is not None:
+                    return fast
+
+            async def run_async() -> SendResult:
+                permits = self._async_permits
+                await permits.acquire()
+                try:
+                    result = await self._send_default(prepared, CommunicationMode.ASYNC, timeout, queue)
+                finally:
+                    permits.release()
+                assert result is not None
+                return result
+
+            fut = asyncio.ensure_future(run_async())
+        else:
+            fut = asyncio.ensure_future(self._send_prepared_sync(prepared, queue, timeout))
+        self._track(fut)
+        return fut
+
+    async def _send_prepared_sync(
+        self, prepared: _Prepared, queue: MessageQueue | None, timeout: float | None
+    ) -> SendResult:
+        """send()'s attempts for a prepared message or batch: the callback path first, then the attempt loop."""
+        if queue is None and self._state is _RUNNING:
+            info = self._instance.get_publish_info(prepared.topic)  # type: ignore[union-attr]
+            if info is not None:
+                out = self._start_sync_fast(prepared, timeout, info)
+                if out is not None:
+                    return await out
+        result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
+        assert result is not None
+        return result
 
     def _track(self, fut: asyncio.Future[Any]) -> None:
         self._inflight.add(fut)
@@ -490,6 +627,8 @@ class Producer:
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Write the message and return without waiting for the broker (no result, no retry)."""
+        if self._state is not _RUNNING:
+            raise self._not_accepting()
         prepared = await self._prepare(msg)
         await self._send_default(prepared, CommunicationMode.ONEWAY, None, queue)
 
@@ -502,16 +641,9 @@ class Producer:
         encoded batch must fit in max_message_size. `msg_id` of the result is the messages' ids
         joined with commas, `queue_offset` the offset of the first.
         """
-        prepared = self._prepare_batch(list(msgs))
-        if queue is None and self._state is _RUNNING:
-            info = self._instance.get_publish_info(prepared.topic)  # type: ignore[union-attr]
-            if info is not None:
-                out = self._start_sync_fast(prepared, timeout, info)
-                if out is not None:
-                    return await out
-        result = await self._send_default(prepared, CommunicationMode.SYNC, timeout, queue)
-        assert result is not None
-        return result
+        if self._state is not _RUNNING:
+            raise self._not_accepting()
+        return await self._send_prepared_sync(self._prepare_batch(list(msgs)), queue, timeout)
 
     def send_batch_async(
         self,
@@ -522,6 +654,11 @@ class Producer:
         timeout: float | None = None,
     ) -> asyncio.Future[SendResult]:
         """send_batch without waiting; like send_async."""
+        if self._state is not _RUNNING:
+            fut = self._failed_future(self._not_accepting())
+            if callback is not None:
+                fut.add_done_callback(lambda f: _run_callback(callback, f))
+            return fut
         batch = list(msgs)
         if queue is None and batch:
             fast = self._send_async_fast(batch[0].topic, self._prepare_batch, batch, timeout)
@@ -560,6 +697,8 @@ class Producer:
         Messages with one key go to one queue, so they are stored and consumed in send order.
         Never retried (a retry to another queue would break the order).
         """
+        if self._state is not _RUNNING:
+            raise self._not_accepting()
         prepared = await self._prepare(msg)
         inst = self._running_instance()
         budget = float(timeout if timeout is not None else self.send_msg_timeout)
@@ -1081,6 +1220,11 @@ class Producer:
                 permits.release()
         assert result is not None
         return result
+
+
+def _as_is(prepared: _Prepared) -> _Prepared:
+    """The `prepare` of _send_async_fast for what is already prepared."""
+    return prepared
 
 
 def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutError:
