@@ -120,9 +120,10 @@ async def preload(ns: str, topic: str, count: int, body: bytes) -> None:
             await f
 
 
-async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflight: int, batch: int) -> dict[str, Any]:
+async def w_send(ns: str, topic: str, count: int, body: bytes, mode: str, inflight: int, batch: int,
+                 auto_batch: bool = False) -> dict[str, Any]:
     lat: list[float] = []
-    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
+    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight), auto_batch=auto_batch) as p:
         await p.send(Message(topic, body))  # warm up: route, connection, the broker's first mapped file
         for _ in range(50):
             await p.send(Message(topic, body))
@@ -174,7 +175,7 @@ async def wait_dispatched(ns: str, topic: str, queues: int, timeout_s: float) ->
 
 
 async def w_topics(ns: str, single: str, topics: list[str], count: int, body: bytes, inflight: int,
-                   rounds: int, broker_pid: int | None = None) -> dict[str, Any]:
+                   rounds: int, broker_pid: int | None = None, auto_batch: bool = False) -> dict[str, Any]:
     """The 1 000-topic target is a ratio, so both sides are measured here, alternately, by one
     producer on the same warm broker: `rounds` pairs of (1 topic x 4 queues, then N topics x 4
     queues), count // rounds messages each. Measuring the 1-topic side in another run (earlier, on a
@@ -182,7 +183,7 @@ async def w_topics(ns: str, single: str, topics: list[str], count: int, body: by
     per = max(1, count // rounds)
     sides: dict[str, list[tuple[float, float]]] = {"single": [], "many": []}  # (seconds, cpu seconds)
     broker_cpu = {"single": 0.0, "many": 0.0}
-    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight)) as p:
+    async with Producer("bench_producer", ns, max_async_inflight=max(1, inflight), auto_batch=auto_batch) as p:
         for t in [single, *topics]:  # routes and connection
             await p.send(Message(t, body))
         # Every queue of every topic once, so the broker's consume queue files exist and the runs
@@ -241,7 +242,8 @@ async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, A
 
 
 async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None,
-                 role: str = "both", stamps: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+                 role: str = "both", stamps: list[tuple[int, int]] | None = None,
+                 auto_batch: bool = False) -> dict[str, Any]:
     """Push consumption; with `rate`, e2e (each message's latency from its send stamp). `stamps` also gets
     each message's (send ns, arrival ns) (bench/read_timeline.py)."""
     got = 0
@@ -285,7 +287,7 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
         elif rate:
             await asyncio.sleep(1.0)  # let the rebalance settle and the first long polls park
             c0, t0 = time.process_time(), time.perf_counter()
-            await e2e_send(ns, topic, count, body, rate)
+            await e2e_send(ns, topic, count, body, rate, auto_batch)
             await asyncio.wait_for(done.wait(), 60)
         else:
             c0, t0 = time.process_time(), time.perf_counter()
@@ -300,9 +302,10 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
     return out
 
 
-async def e2e_send(ns: str, topic: str, count: int, body: bytes, rate: float) -> dict[str, Any]:
+async def e2e_send(ns: str, topic: str, count: int, body: bytes, rate: float, auto_batch: bool = False) -> dict[str, Any]:
     """The producer half of e2e: `count` stamped messages paced at `rate` msgs/s, all acknowledged."""
-    async with Producer("bench_e2e", ns, max_async_inflight=256, instance_name="bench_e2e_producer") as p:
+    async with Producer("bench_e2e", ns, max_async_inflight=256, instance_name="bench_e2e_producer",
+                        auto_batch=auto_batch) as p:
         await p.send(Message(topic, body))  # route + connection, outside the stamped run
         c0, t0 = time.process_time(), time.perf_counter()
         # Count completions in a callback: gathering 50 000 futures at the end would stall the loop
@@ -340,14 +343,14 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         for i in range(0, len(topics), 50):
             await asyncio.gather(*(ensure_topic(a.namesrv, t, 4) for t in topics[i:i + 50]))
         await ensure_topic(a.namesrv, single, 4)
-        return await w_topics(a.namesrv, single, topics, a.count, body, a.inflight, a.rounds, a.broker_pid)
+        return await w_topics(a.namesrv, single, topics, a.count, body, a.inflight, a.rounds, a.broker_pid, a.auto_batch)
     await ensure_topic(a.namesrv, topic, a.queues)
     if w == "batch_send":
-        return await w_send(a.namesrv, topic, a.count, body, "batch", a.inflight, a.batch)
+        return await w_send(a.namesrv, topic, a.count, body, "batch", a.inflight, a.batch, a.auto_batch)
     if w == "async_send":
-        return await w_send(a.namesrv, topic, a.count, body, "async", a.inflight, 1)
+        return await w_send(a.namesrv, topic, a.count, body, "async", a.inflight, 1, a.auto_batch)
     if w == "sync_send":
-        return await w_send(a.namesrv, topic, a.count, body, "sync", 1, 1)
+        return await w_send(a.namesrv, topic, a.count, body, "sync", 1, 1, a.auto_batch)
     if w in ("litepull_consume", "push_consume"):
         if not a.no_preload:
             await preload(a.namesrv, topic, a.count, body)
@@ -357,8 +360,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         return await w_push(a.namesrv, topic, a.count, group, body, None)
     if w == "e2e":
         if a.role == "producer":
-            return await e2e_send(a.namesrv, topic, a.count, body, a.rate)
-        return await w_push(a.namesrv, topic, a.count, f"bench_e2e_{time.time_ns()}", body, a.rate, a.role)
+            return await e2e_send(a.namesrv, topic, a.count, body, a.rate, a.auto_batch)
+        return await w_push(a.namesrv, topic, a.count, f"bench_e2e_{time.time_ns()}", body, a.rate, a.role,
+                            auto_batch=a.auto_batch)
     raise SystemExit(f"unknown workload {w}")
 
 
@@ -378,6 +382,8 @@ def main() -> int:
     ap.add_argument("--broker-pid", type=int, default=None,
                     help="topics: also report this (local) broker's CPU per message for each side")
     ap.add_argument("--no-preload", action="store_true")
+    ap.add_argument("--auto-batch", action="store_true",
+                    help="the sending workloads' producer gathers its sends into batches (Producer(auto_batch=True))")
     ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
                     help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
     a = ap.parse_args()

@@ -188,11 +188,12 @@ async def run_producer(
     group: str,
     rate: float | None = None,
     idle_poll_us: int = 0,
+    auto_batch: bool = False,
 ) -> dict[str, Any]:
     from ..producer.producer import Producer
 
     producer = Producer(group, namesrv_addr=namesrv, max_async_inflight=max(inflight, 1),
-                        client_config=ClientConfig(idle_poll_us=idle_poll_us))
+                        client_config=ClientConfig(idle_poll_us=idle_poll_us), auto_batch=auto_batch)
     await producer.start()
     rep = Reporter("producer", mode, json_out, "rt")
     body = os.urandom(size // 2).hex().encode()[:size].ljust(size, b"x")
@@ -377,9 +378,12 @@ def _common(f: Any) -> Any:
               help="concurrent senders (sync) / requests in flight (async, batch)")
 @click.option("-g", "--group", default="BenchmarkProducerGroup", show_default=True)
 @click.option("--rate", type=float, default=None, help="send at most this many msgs/s in total (default: no limit)")
+@click.option("--auto-batch", "auto_batch", is_flag=True,
+              help="the producer gathers single sends (sync, async) into batches: Producer(auto_batch=True)")
 def producer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
     idle_poll_us: int, size: int, mode: str, batch: int, inflight: int, group: str, rate: float | None,
+    auto_batch: bool,
 ) -> int:
     """Send messages as fast as the mode (and --rate) allows."""
     if duration is None and count is None:
@@ -390,7 +394,7 @@ def producer(
         raise click.UsageError("--size, --batch and --threads/--inflight must be >= 1")
     summary = run_loop(run_producer(
         _namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group, rate,
-        idle_poll_us,
+        idle_poll_us, auto_batch,
     ))
     return 1 if summary["failures"] else 0
 
