@@ -80,6 +80,20 @@ async def test_concurrent_sync_sends_share_a_batch(real_cluster: RealCluster, to
     assert lone.status is SendStatus.SEND_OK and lone.transaction_id == lone.msg_id  # a batch of one goes singly
 
 
+async def test_sends_to_a_chosen_queue_are_batched_per_queue(real_cluster: RealCluster, topic: str) -> None:
+    ns = real_cluster.namesrv_addr
+    async with Admin(ns) as admin:
+        await make_topic(admin, topic)
+    async with Producer("pg_ab_queue", ns, auto_batch=True) as p:
+        mqs = (await p.fetch_publish_message_queues(topic))[:2]
+        futs = [p.send_async(Message(topic, BODY), queue=mqs[i % 2]) for i in range(10)]
+        results = await asyncio.gather(*futs)
+    for k, mq in enumerate(mqs):
+        mine = results[k::2]
+        assert all(r.queue == mq for r in mine)
+        assert [r.queue_offset - mine[0].queue_offset for r in mine] == [0, 1, 2, 3, 4]
+
+
 async def test_what_cannot_be_batched_is_sent_singly_and_a_bad_message_fails_alone(
     real_cluster: RealCluster, topic: str
 ) -> None:
