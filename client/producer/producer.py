@@ -405,9 +405,11 @@ class Producer:
             log.info("producer_started", group=self._group, client_id=inst.client_id)
 
     async def shutdown(self) -> None:
-        """Wait (bounded) for in-flight async sends, unregister from brokers, release the client instance."""
+        """Send what auto-batching has gathered, wait (bounded) for the sends in flight (new sends are refused
+        meanwhile, with NotStartedError), unregister from brokers, release the client instance."""
         if self._state is not _State.RUNNING:
-            self._state = _State.SHUTDOWN
+            if self._state is not _STOPPING:  # (a second call while the first waits leaves it to finish)
+                self._state = _State.SHUTDOWN
             return
         if self.accumulator is not None:
             self.accumulator.flush()  # what was gathered goes out
