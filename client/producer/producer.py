@@ -447,8 +447,11 @@ class Producer:
         return NotStartedError(f"producer {self._group} is not running: call start() first")
 
     def _failed_future(self, exc: BaseException) -> asyncio.Future[SendResult]:
+        """A send's future failed before anything was sent (marked retrieved, as a tracked one would be: a
+        caller may drop it; one that awaits it still gets the error)."""
         fut: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         fut.set_exception(exc)
+        fut.exception()
         return fut
 
     # ------------------------------------------------------------------ MQProducerInner
@@ -581,7 +584,8 @@ class Producer:
     def _send_prepared_batch(
         self, prepared: _Prepared, queue: MessageQueue | None, timeout: float | None, sync: bool
     ) -> asyncio.Future[SendResult]:
-        """An auto-batch, prepared, sent as send_batch_async (sync False) or send_batch would; tracked."""
+        """A prepared batch (send_batch_async's, or an auto-batch) sent as send_batch_async (sync False) or
+        send_batch would; tracked."""
         if not sync:
             if queue is None:
                 fast = self._send_async_fast(prepared.topic, _as_is, prepared, timeout)
@@ -656,32 +660,16 @@ class Producer:
         timeout: float | None = None,
     ) -> asyncio.Future[SendResult]:
         """send_batch without waiting; like send_async."""
+        fut: asyncio.Future[SendResult]
         if self._state is not _RUNNING:
             fut = self._failed_future(self._not_accepting())
-            if callback is not None:
-                fut.add_done_callback(lambda f: _run_callback(callback, f))
-            return fut
-        batch = list(msgs)
-        if queue is None and batch:
-            fast = self._send_async_fast(batch[0].topic, self._prepare_batch, batch, timeout)
-            if fast is not None:
-                if callback is not None:
-                    fast.add_done_callback(lambda f: _run_callback(callback, f))
-                return fast
-
-        async def run() -> SendResult:
-            permits = self._async_permits
-            await permits.acquire()
+        else:
             try:
-                prepared = self._prepare_batch(batch)
-                result = await self._send_default(prepared, CommunicationMode.ASYNC, timeout, queue)
-            finally:
-                permits.release()
-            assert result is not None
-            return result
-
-        fut: asyncio.Future[SendResult] = asyncio.ensure_future(run())
-        self._track(fut)
+                prepared = self._prepare_batch(list(msgs))
+            except Exception as e:  # an invalid batch: its future fails
+                fut = self._failed_future(e)
+            else:
+                fut = self._send_prepared_batch(prepared, queue, timeout, False)
         if callback is not None:
             fut.add_done_callback(lambda f: _run_callback(callback, f))
         return fut
