@@ -20,6 +20,10 @@ delay level, to a retry topic, carrying a transaction or producer-group property
 compressed (>= compress_msg_body_over_howmuch) or bigger than batch_max_bytes, and everything while
 `total_batch_max_bytes` are held.
 
+A batch of one goes out as a single send, and a batch that cannot be encoded as one (a message whose
+properties exceed RocketMQ's 32 767 bytes) goes message by message, so that only that message fails. Each
+key's messages keep their send order (one batch, one queue, consecutive offsets).
+
 Unlike upstream, batches are not split by TAGS: a RocketMQ 4.x broker stores each message of a batch
 with its own properties (tags, keys, UNIQ_KEY), indexes and filters them one by one.
 """
