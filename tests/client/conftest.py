@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -20,10 +21,8 @@ class RealCluster:
     daemons: dict[str, Daemon]
 
 
-@pytest.fixture(scope="module")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """mqnamesrv + broker-a + broker-b (cluster DefaultCluster) as subprocesses, for the whole module."""
-    tmp = tmp_path_factory.mktemp("client-cluster")
+def _cluster(tmp: Path) -> Iterator[RealCluster]:
+    """mqnamesrv + broker-a + broker-b (cluster DefaultCluster) as subprocesses, stopped by PID afterwards."""
     started: list[Daemon] = []
     try:
         ns, ns_addr = start_namesrv(tmp)
@@ -39,6 +38,18 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     finally:
         for d in reversed(started):
             d.terminate()
+
+
+@pytest.fixture(scope="module")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """The cluster of _cluster for the whole module."""
+    yield from _cluster(tmp_path_factory.mktemp("client-cluster"))
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[RealCluster]:
+    """The cluster of _cluster for one test (one that kills a broker)."""
+    yield from _cluster(tmp_path)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,6 @@ from client import (
 )
 from tests.client.conftest import RealCluster
 from tests.client.test_producer_real import eventually, make_topic
-from tests.support.daemons import start_broker, start_namesrv
 
 BODY = b"b" * 1024
 
@@ -178,26 +176,18 @@ def test_bad_batch_settings_are_refused_by_name(kwargs: dict[str, int], name: st
         Producer("pg_ab_bad", "127.0.0.1:1", auto_batch=True, **kwargs)
 
 
-async def test_batches_to_a_dead_broker_are_retried_on_the_live_one(tmp_path: Path, topic: str) -> None:
-    ns, ns_addr = start_namesrv(tmp_path)
-    daemons = [ns]
-    try:
-        for name in ("broker-a", "broker-b"):
-            d, _ = start_broker(tmp_path, ns_addr, name=name)
-            daemons.append(d)
-        async with Admin(ns_addr) as admin, Producer("pg_ab_failover", ns_addr, auto_batch=True) as p:
-            await make_topic(admin, topic)
-            before = await asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(40)))
-            assert {r.queue.broker_name for r in before} == {"broker-a", "broker-b"}
-            daemons[2].kill()  # broker-b dies; the cached route still has it
-            after: list[SendResult] = []
-            for _ in range(5):  # bursts: each goes as batches, some of them first to broker-b
-                after += await asyncio.wait_for(
-                    asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(20))), 15
-                )
-            assert all(r.status is SendStatus.SEND_OK for r in after)
-            assert {r.queue.broker_name for r in after} == {"broker-a"}
-            assert len({r.msg_id for r in after}) == 100
-    finally:
-        for d in reversed(daemons):
-            d.terminate()
+async def test_batches_to_a_dead_broker_are_retried_on_the_live_one(own_cluster: RealCluster, topic: str) -> None:
+    ns = own_cluster.namesrv_addr
+    async with Admin(ns) as admin, Producer("pg_ab_failover", ns, auto_batch=True) as p:
+        await make_topic(admin, topic)
+        before = await asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(40)))
+        assert {r.queue.broker_name for r in before} == {"broker-a", "broker-b"}
+        own_cluster.daemons["broker-b"].kill()  # the producer's cached route still has it
+        after: list[SendResult] = []
+        for _ in range(5):  # bursts: each goes as batches, some of them first to broker-b
+            after += await asyncio.wait_for(
+                asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(20))), 15
+            )
+        assert all(r.status is SendStatus.SEND_OK for r in after)
+        assert {r.queue.broker_name for r in after} == {"broker-a"}
+        assert len({r.msg_id for r in after}) == 100
