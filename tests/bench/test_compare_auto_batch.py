@@ -4,13 +4,10 @@ workload's settings; the peers run the base workload itself."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-from typing import Any
 
 import pytest
 
-from tests.support.bench_scripts import load_bench_script
+from tests.support.bench_scripts import load_bench_script, record_compare_runs
 
 
 def _args() -> argparse.Namespace:
@@ -23,16 +20,7 @@ def _args() -> argparse.Namespace:
 def test_auto_batch_rows_run_the_base_workload(monkeypatch: pytest.MonkeyPatch, row: str, base: str, count: str) -> None:
     c = load_bench_script("compare")
     assert row in c.WORKLOADS and row in c.TITLES and c.TARGETS[row] == c.TARGETS[base]
-    seen: list[list[str]] = []
-
-    def fake_sh(cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
-        seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, '{"msgs": 1000, "seconds": 1.0}\n', "")
-
-    monkeypatch.setattr(c, "sh", fake_sh)
-    me = os.getpid()
-    env = {"ns": "127.0.0.1:1", "broker_pid": me, "redis_pid": me, "redis_addr": "127.0.0.1:2",
-           "nats_pid": me, "nats_addr": "127.0.0.1:3"}
+    seen, env = record_compare_runs(c, monkeypatch)
     for system in ("this", "redis", "nats"):
         assert c.run_one(system, row, _args(), env)["workload"] == row
     for cmd in seen:

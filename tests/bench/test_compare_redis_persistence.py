@@ -4,13 +4,11 @@ Redis client runs (and only those), and the report says which promise Redis was 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 from typing import Any
 
 import pytest
 
-from tests.support.bench_scripts import load_bench_script
+from tests.support.bench_scripts import load_bench_script, record_compare_runs
 
 
 def _args(**kw: Any) -> argparse.Namespace:
@@ -22,16 +20,7 @@ def _args(**kw: Any) -> argparse.Namespace:
 @pytest.mark.parametrize("fsync", ["off", "everysec"])
 def test_only_redis_runs_get_the_persistence_flag(monkeypatch: pytest.MonkeyPatch, fsync: str) -> None:
     c = load_bench_script("compare")
-    seen: list[list[str]] = []
-
-    def fake_sh(cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
-        seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, '{"msgs": 1000, "seconds": 1.0}\n', "")
-
-    monkeypatch.setattr(c, "sh", fake_sh)
-    me = os.getpid()
-    env = {"ns": "127.0.0.1:1", "broker_pid": me, "redis_pid": me, "redis_addr": "127.0.0.1:2",
-           "nats_pid": me, "nats_addr": "127.0.0.1:3"}
+    seen, env = record_compare_runs(c, monkeypatch)
     a = _args(redis_appendfsync=fsync)
     for system in ("this", "redis", "nats"):
         out = c.run_one(system, "async_send", a, env)
