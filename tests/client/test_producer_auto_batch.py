@@ -180,11 +180,16 @@ async def test_batches_to_a_dead_broker_are_retried_on_the_live_one(own_cluster:
     ns = own_cluster.namesrv_addr
     async with Admin(ns) as admin, Producer("pg_ab_failover", ns, auto_batch=True) as p:
         await make_topic(admin, topic)
-        before = await asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(40)))
+        mqs = await p.fetch_publish_message_queues(topic)
+        assert {mq.broker_name for mq in mqs} == {"broker-a", "broker-b"}
+        # Both brokers connected and answering (a batch to each: a chosen queue is batched per queue).
+        before = await asyncio.gather(*(p.send_async(Message(topic, BODY), queue=mq) for mq in mqs for _ in range(2)))
         assert {r.queue.broker_name for r in before} == {"broker-a", "broker-b"}
         own_cluster.daemons["broker-b"].kill()  # the producer's cached route still has it
         after: list[SendResult] = []
-        for _ in range(5):  # bursts: each goes as batches, some of them first to broker-b
+        # Five bursts, one batch each, to five consecutive queues of the 8 (4 a broker): at least one batch
+        # goes to broker-b first and is retried.
+        for _ in range(5):
             after += await asyncio.wait_for(
                 asyncio.gather(*(p.send_async(Message(topic, BODY)) for _ in range(20))), 15
             )
