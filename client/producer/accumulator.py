@@ -164,7 +164,10 @@ class ProduceAccumulator:
         p = self._producer
         if len(msgs) == 1:
             # A batch of one costs the broker more than a single send: send it as one.
-            _chain_one(futures[0], p._send_direct(msgs[0], queue, timeout, sync))
+            try:
+                _chain_one(futures[0], p._send_direct(msgs[0], queue, timeout, sync))
+            except Exception as e:  # noqa: BLE001 - this runs from a loop callback: fail the send, never hang it
+                _fail(futures[0], e)
             return
         try:
             prepared = p._prepare_batch(msgs)
@@ -177,7 +180,12 @@ class ProduceAccumulator:
                     _fail(f, e1)
             return
         ids = prepared.uniq_id.split(",")
-        batch = p._send_prepared_batch(prepared, queue, timeout, sync)
+        try:
+            batch = p._send_prepared_batch(prepared, queue, timeout, sync)
+        except Exception as e:  # noqa: BLE001 - as above: every caller gets the error
+            for f in futures:
+                _fail(f, e)
+            return
         batch.add_done_callback(_splitter(futures, ids))
 
 
