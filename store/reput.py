@@ -20,7 +20,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import islice, repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -38,6 +38,24 @@ log = structlog.get_logger(__name__)
 
 ArrivalListener = Callable[[str, int, int, int, int, "dict[str, str] | None"], None]
 ArrivalRunFilter = Callable[[str, int], bool]
+
+
+class InlineDispatchListener(Protocol):
+    """Told of a put before the put is answered (DefaultMessageStore.put_many), so that what the put wakes
+    can be answered first: the broker's held pulls. With a pull held on a queue a put wrote to, the store
+    dispatches the put right away (ReputMessageService.dispatch_inline) and then calls dispatched_inline."""
+
+    def any_waiting(self) -> bool:
+        """Whether anything waits at all (checked first, once per put)."""
+        ...
+
+    def wants_inline(self, topic: str, queue_id: int) -> bool:
+        """Whether something waits on this queue."""
+        ...
+
+    def dispatched_inline(self) -> None:
+        """The put was dispatched: answer now what it woke."""
+        ...
 DispatchTuple = tuple[Any, ...]
 
 _TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
@@ -72,6 +90,8 @@ class ReputMessageService:
         # The dispatcher's one waiter while idle (a bare future: cheaper per put than an asyncio.Event,
         # whose wait() is a coroutine with a waiter list). Only the loop thread touches it.
         self._idle: asyncio.Future[None] | None = None
+        # A do_reput is under way (this task's, or dispatch_inline's from a put): never two at once.
+        self._busy = False
         self._task: asyncio.Task[None] | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._stopped = False
@@ -99,6 +119,17 @@ class ReputMessageService:
         if len(pending) > _MAX_PENDING:
             pending.clear()  # far behind: parse from the commit log instead of holding all of it
         self.wakeup()
+
+    async def dispatch_inline(self) -> None:
+        """Dispatch what is written now, in the caller (a put about to be answered), unless a dispatch is
+        already under way; awaits only to create a file, as do_reput does."""
+        if self._busy or not self.is_commit_log_available():
+            return
+        self._busy = True
+        try:
+            await self.do_reput(_BATCH, notify=True)
+        finally:
+            self._busy = False
 
     def wakeup(self) -> None:
         idle = self._idle
@@ -199,7 +230,14 @@ class ReputMessageService:
                     # (the service logs it), and a plain await costs no waiter future and callbacks.
                     await fut
                     await asyncio.sleep(0)
-                await self.do_reput(_BATCH, notify=True)
+                if self._busy:  # a put's dispatch_inline, suspended on a file: it goes on first
+                    await asyncio.sleep(0)
+                    continue
+                self._busy = True
+                try:
+                    await self.do_reput(_BATCH, notify=True)
+                finally:
+                    self._busy = False
                 if self.is_commit_log_available():
                     await asyncio.sleep(0)  # let puts and pulls run between slices
                 # else: caught up; the wait above yields (one loop turn per put saved)
