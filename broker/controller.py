@@ -377,6 +377,7 @@ class BrokerController:
         # The hold service's method itself: a wrapper would cost a call per dispatched record.
         hold = self.pull_request_hold_service
         self.message_store.add_arrival_listener(hold.notify_message_arriving, hold.has_held)
+        self.message_store.inline_dispatch_listener = hold
         try:
             host, port = await self.remoting_server.start()
         except OSError as e:
@@ -453,6 +454,7 @@ class BrokerController:
         if self._started:
             await self.schedule_message_service.shutdown()
             self.message_store.remove_arrival_listener(self.pull_request_hold_service.notify_message_arriving)
+            self.message_store.inline_dispatch_listener = None
             await self.message_store.shutdown()
         await self.broker_outer_api.shutdown()
         if self._started:

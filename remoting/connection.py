@@ -783,6 +783,10 @@ class RemotingConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    def flush(self) -> None:
+        """Write what is queued now instead of at the end of this loop turn (one write)."""
+        self._flush()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []

@@ -257,6 +257,30 @@ class PullRequestHoldService:
         for req in batch:
             self._answer(req)
 
+    # ------------------------------------------------------------------ the store's inline dispatch
+    # (store.reput.InlineDispatchListener: a put to a queue with a pull held on it is dispatched before it
+    # is answered, and the pulls it woke are answered first)
+
+    def any_waiting(self) -> bool:
+        return self.held > 0
+
+    def wants_inline(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self.pull_request_table
+
+    def dispatched_inline(self) -> None:
+        """Answer the pulls the put's dispatch woke now (not on the next loop turn), each connection's in one
+        write: they go out before the put's own answer."""
+        batch, self._to_wake = self._to_wake, []
+        conns: list[RemotingConnection] = []
+        for req in batch:
+            self._answer(req)
+            conn = req.ctx.conn
+            if conn not in conns:
+                conns.append(conn)
+        for conn in conns:
+            if not conn.closed:
+                conn.flush()
+
     async def check_hold_request(self) -> None:
         """Safety net: re-check every held queue against the store's max offset, CHECK_SLICE queues per loop
         turn: a consumer group on 4 000 topics holds a pull on each of 16 000 queues, and one pass over them
