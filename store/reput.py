@@ -123,8 +123,10 @@ class ReputMessageService:
     async def dispatch_inline(self) -> None:
         """Dispatch what is written now, in the caller (a put about to be answered), unless a dispatch is
         already under way; awaits only to create a file, as do_reput does."""
-        if self._busy or not self.is_commit_log_available():
-            return
+        if not self._busy and self.is_commit_log_available():
+            await self._dispatch_slice()
+
+    async def _dispatch_slice(self) -> None:
         self._busy = True
         try:
             await self.do_reput(_BATCH, notify=True)
@@ -233,11 +235,7 @@ class ReputMessageService:
                 if self._busy:  # a put's dispatch_inline, suspended on a file: it goes on first
                     await asyncio.sleep(0)
                     continue
-                self._busy = True
-                try:
-                    await self.do_reput(_BATCH, notify=True)
-                finally:
-                    self._busy = False
+                await self._dispatch_slice()
                 if self.is_commit_log_available():
                     await asyncio.sleep(0)  # let puts and pulls run between slices
                 # else: caught up; the wait above yields (one loop turn per put saved)

@@ -14,39 +14,22 @@ from remoting.codes import ResponseCode
 from remoting.connection import RemotingConnection
 from tests.broker.conftest import running_broker
 from tests.broker.helpers import props, pull, send_v2
+from tests.support.bench_scripts import load_bench_script
 
 
-class RecordingTransport:
-    """What a RemotingConnection uses of a transport; each write is recorded (who, frames) in a shared log."""
+class RecordingTransport(load_bench_script("bench_e2e_tick").CountingTransport):  # type: ignore[misc]
+    """bench_e2e_tick's stand-in transport, with each write recorded (who, frames) in a shared log."""
 
     def __init__(self, name: str, port: int, log: list[tuple[str, list[Any]]]) -> None:
+        super().__init__(port)
         self.name = name
-        self.port = port
         self.log = log
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", self.port), "sockname": ("127.0.0.1", 10911)}.get(name, default)
 
     def writelines(self, bufs: list[bytes]) -> None:
         self.log.append((self.name, FrameDecoder().feed(b"".join(bufs))))
 
     def write(self, data: bytes) -> None:
         self.writelines([data])
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def connection(controller: Any, name: str, port: int, log: list[tuple[str, list[Any]]]) -> RemotingConnection:
@@ -60,6 +43,14 @@ async def turns(n: int = 6) -> None:
         await asyncio.sleep(0)
 
 
+async def until(cond: Any, timeout: float = 5.0) -> None:
+    """Loop turns until cond() (bounded): a first put may wait for a file on a thread."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
 async def test_the_woken_pull_is_answered_before_the_send(tmp_path: Path) -> None:
     async with running_broker(tmp_path) as h:
         c = h.controller
@@ -67,14 +58,20 @@ async def test_the_woken_pull_is_answered_before_the_send(tmp_path: Path) -> Non
         log: list[tuple[str, list[Any]]] = []
         producer = connection(c, "producer", 50001, log)
         consumer = connection(c, "consumer", 50002, log)
-        first = send_v2("Order", b"first", queue_id=0, properties=props(uniq="U0"))
-        first.opaque = 1
-        producer.data_received(encode(first))  # queue 0 gets its file: the pulls below are held at its end
-        await turns()
+        # A message in each queue first: both queues' files exist (nothing below waits for a file on a thread),
+        # and the pulls below are held at their ends.
+        firsts = [send_v2("Order", b"first", queue_id=q, properties=props(uniq=f"F{q}")) for q in (0, 1)]
+        for k, f in enumerate(firsts):
+            f.opaque = 1 + k
+        producer.data_received(b"".join(map(encode, firsts)))
+        await until(lambda: sum(len(frames) for _, frames in log) == 2)  # both answered: both stored
         assert await c.message_store.wait_dispatched(5)
+        for q in (0, 1):
+            cq = c.message_store.find_consume_queue("Order", q)
+            assert cq.tail_file is not None
         log.clear()
 
-        pulls = [pull("Order", q, 1 if q == 0 else 0) for q in (0, 1)]
+        pulls = [pull("Order", q, 1) for q in (0, 1)]
         for k, p in enumerate(pulls):
             p.opaque = 100 + k
         consumer.data_received(b"".join(map(encode, pulls)))
@@ -87,6 +84,7 @@ async def test_the_woken_pull_is_answered_before_the_send(tmp_path: Path) -> Non
         for k, s in enumerate(sends):
             s.opaque = 10 + k
         producer.data_received(b"".join(map(encode, sends)))
+        await until(lambda: len(log) >= 2)
         await turns()
         assert [who for who, _ in log] == ["consumer", "producer"], log
         (_, answers), (_, acks) = log
@@ -100,5 +98,6 @@ async def test_the_woken_pull_is_answered_before_the_send(tmp_path: Path) -> Non
         lone = send_v2("Order", b"lone", queue_id=1, properties=props(uniq="U9"))
         lone.opaque = 20
         producer.data_received(encode(lone))
+        await until(lambda: len(log) >= 1)
         await turns()
         assert [(who, [f.opaque for f in frames]) for who, frames in log] == [("producer", [20])]
