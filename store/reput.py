@@ -56,6 +56,8 @@ class InlineDispatchListener(Protocol):
     def dispatched_inline(self) -> None:
         """The put was dispatched: answer now what it woke."""
         ...
+
+
 DispatchTuple = tuple[Any, ...]
 
 _TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
