@@ -511,8 +511,11 @@ class DefaultMessageStore:
             ]
         t0 = time.monotonic()
         results = await self.commit_log.put_many(units)
+        stats = self.store_stats_service
+        cfg = self.message_store_config
+        sync = cfg.is_sync_flush()
         inline = self.inline_dispatch_listener
-        if inline is not None and inline.any_waiting() and not self.message_store_config.is_sync_flush():
+        if inline is not None and not sync and inline.any_waiting():
             # Something waits on a queue this put wrote to (a held pull): dispatch the put now and let the
             # listener answer what woke, before the put itself is answered. The waiting reader gets the
             # messages one dispatch task hop and one write earlier (e2e p99 0.70-0.83 -> 0.48-0.60 ms with
@@ -525,9 +528,6 @@ class DefaultMessageStore:
                     await self.reput_message_service.dispatch_inline()
                     inline.dispatched_inline()
                     break
-        stats = self.store_stats_service
-        cfg = self.message_store_config
-        sync = cfg.is_sync_flush()
         wait_to = -1  # end offset the SYNC_FLUSH waiters need on disk
         waiters: list[PutMessageResult] = []
         for msgs, result in zip(units, results, strict=True):

@@ -252,10 +252,12 @@ class PullRequestHoldService:
             (self._loop or asyncio.get_running_loop()).call_soon(self._wake_batch)
         batch += woken
 
-    def _wake_batch(self) -> None:
+    def _wake_batch(self) -> list[PullRequest]:
+        """Answer every pull woken since the last call; returns them."""
         batch, self._to_wake = self._to_wake, []
         for req in batch:
             self._answer(req)
+        return batch
 
     # ------------------------------------------------------------------ the store's inline dispatch
     # (store.reput.InlineDispatchListener: a put to a queue with a pull held on it is dispatched before it
@@ -270,14 +272,7 @@ class PullRequestHoldService:
     def dispatched_inline(self) -> None:
         """Answer the pulls the put's dispatch woke now (not on the next loop turn), each connection's in one
         write: they go out before the put's own answer."""
-        batch, self._to_wake = self._to_wake, []
-        conns: list[RemotingConnection] = []
-        for req in batch:
-            self._answer(req)
-            conn = req.ctx.conn
-            if conn not in conns:
-                conns.append(conn)
-        for conn in conns:
+        for conn in dict.fromkeys(req.ctx.conn for req in self._wake_batch()):  # (each once, in order)
             if not conn.closed:
                 conn.flush()
 

@@ -555,10 +555,8 @@ class Producer:
 
     # ------------------------------------------------------------------ auto-batching (ProduceAccumulator)
     def _check_batch_member(self, m: Message) -> None:
-        """The per-message checks of _prepare_batch, made when a message joins an auto-batch, so that an
-        invalid one fails alone."""
-        if self._state is not _RUNNING:
-            self._running_instance()  # raises NotStartedError
+        """The per-message checks of _prepare_batch, made when a message joins an auto-batch (the producer
+        is running: send / send_async checked), so that an invalid one fails alone."""
         body = m.body
         if (
             m.__class__ is not Message
@@ -566,9 +564,14 @@ class Producer:
             or not 0 < len(body) <= self.max_message_size
             or m.topic not in self._checked_topics
         ):
-            check_message(m, self.max_message_size)
-            if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
-                self._checked_topics.add(m.topic)
+            self._check_message(m)
+
+    def _check_message(self, m: Message) -> None:
+        """check_message's full checks (raising its precise error), for a message the per-send fast accept
+        did not take; its topic is remembered as checked."""
+        check_message(m, self.max_message_size)
+        if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
+            self._checked_topics.add(m.topic)
 
     def _send_direct(
         self, msg: Message, queue: MessageQueue | None, timeout: float | None, sync: bool
@@ -744,9 +747,7 @@ class Producer:
                 or not 0 < len(body) <= self.max_message_size
                 or msg.topic not in self._checked_topics
             ):
-                check_message(msg, self.max_message_size)
-                if len(self._checked_topics) < _CHECKED_TOPICS_MAX:
-                    self._checked_topics.add(msg.topic)
+                self._check_message(msg)
             props = msg.properties
             if len(props) == 1 and props.get(_WAIT) == "true" and len(body) < self.compress_msg_body_over_howmuch:
                 # The plain message (no id yet, no tags, keys, transaction or retry properties, not
@@ -821,9 +822,7 @@ class Producer:
                 or not 0 < len(body) <= limit
                 or m.topic not in checked
             ):
-                check_message(m, limit)
-                if len(checked) < _CHECKED_TOPICS_MAX:
-                    checked.add(m.topic)
+                self._check_message(m)
             if _DELAY in props and m.delay_level > 0:
                 raise InvalidMessageError("TimeDelayLevel is not supported for batching")
             if retry_topic or m.topic != topic:

@@ -36,6 +36,13 @@ def runs_of_one_queue(results: list[SendResult]) -> list[list[SendResult]]:
     return runs
 
 
+async def with_topic(cluster: RealCluster, topic: str) -> str:
+    """`topic` made on both brokers of `cluster`; returns the NameServer address."""
+    async with Admin(cluster.namesrv_addr) as admin:
+        await make_topic(admin, topic)
+    return cluster.namesrv_addr
+
+
 async def test_a_burst_goes_as_batches_and_each_send_gets_its_own_result(
     real_cluster: RealCluster, topic: str
 ) -> None:
@@ -70,9 +77,7 @@ async def test_a_burst_goes_as_batches_and_each_send_gets_its_own_result(
 
 
 async def test_concurrent_sync_sends_share_a_batch(real_cluster: RealCluster, topic: str) -> None:
-    ns = real_cluster.namesrv_addr
-    async with Admin(ns) as admin:
-        await make_topic(admin, topic)
+    ns = await with_topic(real_cluster, topic)
     async with Producer("pg_ab_sync", ns, auto_batch=True) as p:
         results = await asyncio.gather(*(p.send(Message(topic, BODY)) for _ in range(10)))
         lone = await p.send(Message(topic, BODY))
@@ -81,9 +86,7 @@ async def test_concurrent_sync_sends_share_a_batch(real_cluster: RealCluster, to
 
 
 async def test_sends_to_a_chosen_queue_are_batched_per_queue(real_cluster: RealCluster, topic: str) -> None:
-    ns = real_cluster.namesrv_addr
-    async with Admin(ns) as admin:
-        await make_topic(admin, topic)
+    ns = await with_topic(real_cluster, topic)
     async with Producer("pg_ab_queue", ns, auto_batch=True) as p:
         mqs = (await p.fetch_publish_message_queues(topic))[:2]
         futs = [p.send_async(Message(topic, BODY), queue=mqs[i % 2]) for i in range(10)]
@@ -97,9 +100,7 @@ async def test_sends_to_a_chosen_queue_are_batched_per_queue(real_cluster: RealC
 async def test_what_cannot_be_batched_is_sent_singly_and_a_bad_message_fails_alone(
     real_cluster: RealCluster, topic: str
 ) -> None:
-    ns = real_cluster.namesrv_addr
-    async with Admin(ns) as admin:
-        await make_topic(admin, topic)
+    ns = await with_topic(real_cluster, topic)
     async with Producer("pg_ab_mixed", ns, auto_batch=True, batch_max_bytes=2 * 1024 * 1024) as p:
         plain = [p.send_async(Message(topic, BODY)) for _ in range(3)]
         delayed = p.send_async(Message(topic, BODY, delay_level=1))
@@ -124,9 +125,7 @@ async def test_what_cannot_be_batched_is_sent_singly_and_a_bad_message_fails_alo
 
 
 async def test_batch_max_delay_holds_a_batch_open(real_cluster: RealCluster, topic: str) -> None:
-    ns = real_cluster.namesrv_addr
-    async with Admin(ns) as admin:
-        await make_topic(admin, topic)
+    ns = await with_topic(real_cluster, topic)
     async with Producer("pg_ab_delay", ns, auto_batch=True, batch_max_delay_ms=300) as p:
         t0 = time.monotonic()
         first = p.send_async(Message(topic, BODY))
@@ -139,9 +138,7 @@ async def test_batch_max_delay_holds_a_batch_open(real_cluster: RealCluster, top
 
 
 async def test_shutdown_sends_what_was_gathered_and_refuses_new_sends(real_cluster: RealCluster, topic: str) -> None:
-    ns = real_cluster.namesrv_addr
-    async with Admin(ns) as admin:
-        await make_topic(admin, topic)
+    ns = await with_topic(real_cluster, topic)
     for auto_batch in (True, False):
         # A fresh producer: no route and no connection yet, so every send takes the slow path and is still
         # preparing when shutdown starts; shutdown waits for them instead of failing them.
