@@ -94,6 +94,9 @@ class ReputMessageService:
         self._idle: asyncio.Future[None] | None = None
         # A do_reput is under way (this task's, or dispatch_inline's from a put): never two at once.
         self._busy = False
+        # The task's wait for a put's dispatch_inline suspended on a file (resolved when that slice ends),
+        # so that it does not spin a loop turn after another meanwhile.
+        self._slice_end: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._stopped = False
@@ -134,6 +137,11 @@ class ReputMessageService:
             await self.do_reput(_BATCH, notify=True)
         finally:
             self._busy = False
+            end = self._slice_end
+            if end is not None:
+                self._slice_end = None
+                if not end.done():
+                    end.set_result(None)
 
     def wakeup(self) -> None:
         idle = self._idle
@@ -235,7 +243,8 @@ class ReputMessageService:
                     await fut
                     await asyncio.sleep(0)
                 if self._busy:  # a put's dispatch_inline, suspended on a file: it goes on first
-                    await asyncio.sleep(0)
+                    end = self._slice_end = loop.create_future()
+                    await end
                     continue
                 await self._dispatch_slice()
                 if self.is_commit_log_available():

@@ -3,8 +3,12 @@ something waiting on a queue the put wrote to (the broker's held pulls), and onl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+import pytest
+
+from store.consume_queue import ConsumeQueue
 from store.message_store import DefaultMessageStore
 from tests.store.conftest import make_msg
 
@@ -72,3 +76,36 @@ async def test_sync_flush_puts_are_not_dispatched_inline(make_store: Callable[..
     await store.put_many([[make_msg(queue_id=0)]])
     assert waiting.told == []
     assert await store.wait_dispatched(5)
+
+
+async def test_the_dispatcher_task_waits_while_an_inline_dispatch_makes_a_file(
+    make_store: Callable[..., DefaultMessageStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a put's inline dispatch waits for a new ConsumeQueue file (made on a thread), the dispatcher's own
+    task waits for that dispatch to end instead of going round the loop meanwhile."""
+    store = make_store()
+    await store.start()
+    reput = store.reput_message_service
+    inner = ConsumeQueue.create_next_file_blocking
+
+    def slow_create(self: ConsumeQueue, offset: int) -> None:
+        time.sleep(0.3)  # on the allocation thread
+        inner(self, offset)
+
+    monkeypatch.setattr(ConsumeQueue, "create_next_file_blocking", slow_create)
+    checks = 0
+    available = reput.is_commit_log_available
+
+    def counted() -> bool:
+        nonlocal checks
+        checks += 1
+        return available()
+
+    monkeypatch.setattr(reput, "is_commit_log_available", counted)
+    store.inline_dispatch_listener = Waiting(store, {("TopicTest", 3)})
+    before = reput.dispatched_count
+    await store.put_many([[make_msg(queue_id=3)]])  # queue 3 has no file yet: the inline dispatch makes it
+    assert reput.dispatched_count == before + 1
+    assert await store.wait_dispatched(5)
+    # The spinning task checked thousands of times in those 0.3 s; waiting, a handful.
+    assert checks < 20, checks
