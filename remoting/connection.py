@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import msgpack
 import structlog
 
-from .codec import MAX_FRAME_SIZE, FrameDecoder, encode_msgpack_request_head, encode_parts
+from .codec import MAX_FRAME_SIZE, FrameDecoder, decode_json_header, encode_msgpack_request_head, encode_parts
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType, code_name
 from .command import OpaqueGenerator, RemotingCommand
 from .deadlines import DeadlineFifos
@@ -39,6 +39,7 @@ log = structlog.get_logger(__name__)
 _RPC_TYPE = int(RemotingFlag.RPC_TYPE)
 _RPC_ONEWAY = int(RemotingFlag.RPC_ONEWAY)
 _MSGPACK = SerializeType.MSGPACK
+_JSON = SerializeType.JSON
 _MSGPACK_BITS = int(SerializeType.MSGPACK) << 24
 _msgpack_pack = msgpack.Packer(use_bin_type=True).pack
 _pack_prefix = struct.Struct(">II").pack
@@ -90,6 +91,34 @@ class PackedResponse:
         return RemotingCommand(
             code, 0, flag, remark, ext, None, LanguageCode(language), version, SerializeType.MSGPACK
         )
+
+    @property
+    def code(self) -> int:
+        return self.command().code
+
+    @property
+    def remark(self) -> str | None:
+        return self.command().remark
+
+    @property
+    def ext_fields(self) -> dict[str, str] | None:
+        return self.command().ext_fields
+
+
+class PackedJsonResponse:
+    """PackedResponse for a JSON request (what RocketMQ's own clients send): the answer's JSON header but
+    for the opaque, `lead` up to it (codec.json_answer_lead) and `tail` after it. send_responses splices
+    the request's opaque in, giving the bytes encode_parts gives for the equal command; `command()` is
+    that command."""
+
+    __slots__ = ("lead", "tail")
+
+    def __init__(self, lead: bytes, tail: bytes) -> None:
+        self.lead = lead
+        self.tail = tail
+
+    def command(self) -> RemotingCommand:
+        return decode_json_header(self.lead + b"0" + self.tail)
 
     @property
     def code(self) -> int:
@@ -762,6 +791,14 @@ class RemotingConnection(asyncio.Protocol):
                     hlen = len(header)
                     if hlen + 4 <= MAX_FRAME_SIZE:
                         add(_pack_prefix(hlen + 4, _MSGPACK_BITS | hlen) + header)
+                        continue
+                response = response.command()  # type: ignore[union-attr]
+            elif response.__class__ is PackedJsonResponse:
+                if request.serialize_type is _JSON:
+                    header = b"%b%d%b" % (response.lead, request.opaque, response.tail)  # type: ignore[union-attr]
+                    hlen = len(header)
+                    if hlen + 4 <= MAX_FRAME_SIZE:
+                        add(_pack_prefix(hlen + 4, hlen) + header)  # (JSON's serialize type bits are 0)
                         continue
                 response = response.command()  # type: ignore[union-attr]
             opaque = response.opaque = request.opaque

@@ -34,9 +34,11 @@ from broker.processor.common import BadRequest, decode_header, now_ms, parse_hos
 from broker.topic import topic_validator as tv
 from broker.topic.topic_config_manager import TopicSendView
 from remoting.body import TopicConfig
+from remoting.codec import json_answer_ext_head, json_answer_lead, json_str
 from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from remoting.command import DEFAULT_VERSION, RemotingCommand
 from remoting.connection import (
+    PackedJsonResponse,
     PackedResponse,
     RequestContext,
     groupable,
@@ -156,6 +158,13 @@ _ANSWER_HEAD6 = "\x01\xc0\x86" + _latin1_packed("msgId")
 _QUEUE_ID_PAIR = tuple(_latin1_packed("queueId", q) for q in _QUEUE_ID_STR)
 _K_QUEUE_OFFSET = _latin1_packed("queueOffset")
 _K_TRANSACTION_ID = _latin1_packed("transactionId")
+# The same answer to a JSON request (RocketMQ's own clients): PackedJsonResponse pieces, the fields in
+# encode_json_header's order.
+_JSON = SerializeType.JSON
+_SEND_OK_JSON_LEAD = json_answer_lead(_SUCCESS, LanguageCode.JAVA)
+_JSON_ANSWER_HEAD = json_answer_ext_head(DEFAULT_VERSION) + '"msgId":"'
+_JSON_QUEUE_ID = tuple(f'","queueId":"{q}","queueOffset":"' for q in _QUEUE_ID_STR)
+_JSON_TRANSACTION_ID = '","transactionId":"'
 
 
 def _accepting(bc: Any) -> bool:
@@ -204,8 +213,8 @@ def _queue_hint(fixed: Any, store: Any, get_cq: Any, topic: str, queue_id: int) 
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
-        # _put_units: (regionId, traceOn str, their msgpack pairs as a latin-1 str) of the last answers.
-        self._answer_suffix: tuple[str, str, str] = ("", "", "")
+        # _put_units: (regionId, traceOn str, their msgpack pairs as a latin-1 str, the JSON answer end) of the last answers.
+        self._answer_suffix: tuple[str, str, str, str] = ("", "", "", "")
         self.message_transformers: list[MessageTransformer] = []
         self.put_message: Callable[[MessageExtBrokerInner], Awaitable[PutMessageResult]] = (
             controller.message_store.put_message
@@ -485,8 +494,10 @@ class SendMessageProcessor:
             suffix = self._answer_suffix = (region, trace, (
                 _msgpack_packb(_PROP_MSG_REGION) + _msgpack_packb(region)
                 + _msgpack_packb(_PROP_TRACE_SWITCH) + _msgpack_packb(trace)
-            ).decode("latin-1"))
+            ).decode("latin-1"), f'",{json_str(_PROP_MSG_REGION)}:{json_str(region)},'
+                f'{json_str(_PROP_TRACE_SWITCH)}:{json_str(trace)}}}}}')
         tail_end = suffix[2]
+        json_end = suffix[3]  # after the last field before the region: its closing quote, region, trace
         # The stats (BrokerStatsManager.inc_put, inlined): each topic's cell updated in place, the totals once.
         stats = self.c.broker_stats
         cells = stats.topic_put
@@ -496,7 +507,8 @@ class SendMessageProcessor:
                 result is None
                 or result.status is not _PUT_OK
                 or (ar := result.append_result) is None
-                or (batch and (cmds[i].serialize_type is not _MSGPACK or not 0 <= queue_id < _QUEUE_ID_STR_N))
+                or (batch and ((st := cmds[i].serialize_type) is not _MSGPACK and st is not _JSON
+                               or not 0 <= queue_id < _QUEUE_ID_STR_N))
             ):
                 out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
                 continue
@@ -513,9 +525,14 @@ class SendMessageProcessor:
             put_n += n
             put_size += wrote
             if batch:
-                # A stored batch to a MSGPACK request: handle_put_message_result's answer (no transaction id;
-                # msgId is the comma-joined ids, a str16 past 255 chars) as a PackedResponse.
+                # A stored batch to a MSGPACK or JSON request: handle_put_message_result's answer (no
+                # transaction id; msgId is the comma-joined ids, a str16 past 255 chars) as a PackedResponse
+                # or PackedJsonResponse (every value is hex, digits or a comma).
                 mid = ar.msg_id
+                if st is _JSON:
+                    tail = f"{_JSON_ANSWER_HEAD}{mid}{_JSON_QUEUE_ID[queue_id]}{ar.logics_offset}{json_end}"
+                    out[i] = PackedJsonResponse(_SEND_OK_JSON_LEAD, tail.encode())
+                    continue
                 off = str(ar.logics_offset)
                 tail = (f"{_ANSWER_HEAD5}{_str_head(len(mid))}{mid}{_QUEUE_ID_PAIR[queue_id]}"
                         f"{_K_QUEUE_OFFSET}{_STR_HEAD[len(off)]}{off}{tail_end}")
@@ -523,8 +540,19 @@ class SendMessageProcessor:
                 continue
             msg = msgs[0]  # type: ignore[index]
             uniq = msg.properties.get(_PROP_UNIQ)  # type: ignore[union-attr]
+            st = cmds[i].serialize_type
             if (
-                cmds[i].serialize_type is _MSGPACK
+                st is _JSON
+                and 0 <= queue_id < _QUEUE_ID_STR_N
+                and (uniq is None or (uniq.isascii() and uniq.isalnum()))  # nothing to escape
+            ):
+                tail = f"{_JSON_ANSWER_HEAD}{ar.msg_id}{_JSON_QUEUE_ID[queue_id]}{ar.logics_offset}"
+                if uniq is not None:
+                    tail = f"{tail}{_JSON_TRANSACTION_ID}{uniq}"
+                out[i] = PackedJsonResponse(_SEND_OK_JSON_LEAD, f"{tail}{json_end}".encode())
+                continue
+            if (
+                st is _MSGPACK
                 and 0 <= queue_id < _QUEUE_ID_STR_N
                 and (uniq is None or (len(uniq) < 256 and uniq.isascii()))
             ):

@@ -1,6 +1,7 @@
 """A pipelined send's answer to a MSGPACK request is built as header bytes (PackedResponse) in
-SendMessageProcessor._put_units: the frame send_responses writes for it must be byte for byte the frame
-the generic encoder writes for handle_put_message_result's RemotingCommand, whatever the queue, offset,
+SendMessageProcessor._put_units, and to a JSON request (RocketMQ's own clients) as JSON header bytes
+(PackedJsonResponse): the frame send_responses writes for either must be byte for byte the frame the
+generic encoder writes for handle_put_message_result's RemotingCommand, whatever the queue, offset,
 transaction id, region, trace switch, store host, opaque and store status; other serialize types get
 the command itself."""
 
@@ -14,7 +15,7 @@ import pytest
 from remoting.codec import encode_parts
 from remoting.codes import ResponseCode, SerializeType
 from remoting.command import RemotingCommand
-from remoting.connection import PackedResponse, RemotingConnection
+from remoting.connection import PackedJsonResponse, PackedResponse, RemotingConnection
 from store.results import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 from tests.broker.conftest import running_broker
 
@@ -37,6 +38,7 @@ _UNIQS = [
     "ключ-ünïcode",  # not ASCII: generic path
     "x" * 300,  # longer than a str8: generic path
     "y" * 31,
+    'quote"and\\backslash',  # JSON escapes: generic path
 ]
 _QUEUES = [0, 3, 255, 256, 1000]
 _OFFSETS = [0, 1, 127, 2**31, 2**40 + 7]
@@ -46,7 +48,8 @@ _STATUSES = [PutMessageStatus.PUT_OK] * 4 + [
     PutMessageStatus.SLAVE_NOT_AVAILABLE,
     PutMessageStatus.SERVICE_NOT_AVAILABLE,
 ]
-_TYPES = [SerializeType.MSGPACK] * 3 + [SerializeType.JSON, SerializeType.ROCKETMQ]
+_M, _J, _R = SerializeType.MSGPACK, SerializeType.JSON, SerializeType.ROCKETMQ
+_TYPES = [_M, _M, _J, _M, _J, _R, _M, _J]  # (8: out of step with the other lists)
 
 
 def _frame(req: RemotingCommand, resp: RemotingCommand) -> bytes:
@@ -62,7 +65,7 @@ def _frame(req: RemotingCommand, resp: RemotingCommand) -> bytes:
 async def test_packed_answers_are_the_generic_bytes(tmp_path: Path, region: str, trace: bool) -> None:
     async with running_broker(tmp_path, regionId=region, traceOn=trace) as h:
         proc = h.controller.send_message_processor
-        n = 120
+        n = 240
         cmds, units, slots, results, msgs = [], [], [], [], []
         for k in range(n):
             uniq = _UNIQS[k % len(_UNIQS)]
@@ -97,14 +100,17 @@ async def test_packed_answers_are_the_generic_bytes(tmp_path: Path, region: str,
         await proc._put_units(put_many, units, slots, out, cmds)  # type: ignore[arg-type]
         packed = sum(type(r) is PackedResponse for r in out)
         assert packed >= 20  # the common case takes the packed path
+        assert sum(type(r) is PackedJsonResponse for r in out) >= 8
+        assert any(type(out[k]) is PackedJsonResponse and slots[k][3] > 8 for k in range(n))  # batches too
         assert any(type(out[k]) is PackedResponse and slots[k][3] > 8 for k in range(n))  # str16 msgIds
         counted = (stats.put_nums, stats.put_size, dict(stats.topic_put_nums))
         want = []
         for k in range(n):
             generic = proc.handle_put_message_result(results[k], msgs[k], slots[k][1], 100, slots[k][3])  # type: ignore[arg-type]
             want.append(_frame(cmds[k], generic))
-            if type(out[k]) is PackedResponse:
-                assert cmds[k].serialize_type is SerializeType.MSGPACK
+            if type(out[k]) in (PackedResponse, PackedJsonResponse):
+                assert cmds[k].serialize_type is (
+                    SerializeType.MSGPACK if type(out[k]) is PackedResponse else SerializeType.JSON)
                 # What a caller reading the fields sees is the same answer.
                 assert (out[k].code, out[k].remark, out[k].ext_fields) == (
                     generic.code, generic.remark, generic.ext_fields)
@@ -118,15 +124,17 @@ async def test_packed_answers_are_the_generic_bytes(tmp_path: Path, region: str,
         conn.send_responses(cmds, out)
         conn._flush()
         assert t.out == want
-        # A PackedResponse answering a request of another serialize type goes out as its command.
-        first = next(r for r in out if type(r) is PackedResponse)
+        # A packed answer to a request of another serialize type goes out as its command.
         t.out.clear()
-        for st in (SerializeType.JSON, SerializeType.ROCKETMQ):
-            req = RemotingCommand(310, 77, 0, None, {}, None, serialize_type=st)
-            conn.send_responses([req], [first])
-            conn._flush()
-            assert t.out[-1] == _frame(req, first.command())
-            assert first.code == ResponseCode.SUCCESS
+        for kind, others in ((PackedResponse, (SerializeType.JSON, SerializeType.ROCKETMQ)),
+                             (PackedJsonResponse, (SerializeType.MSGPACK, SerializeType.ROCKETMQ))):
+            first = next(r for r in out if type(r) is kind)
+            for st in others:
+                req = RemotingCommand(310, 77, 0, None, {}, None, serialize_type=st)
+                conn.send_responses([req], [first])
+                conn._flush()
+                assert t.out[-1] == _frame(req, first.command())
+                assert first.code == ResponseCode.SUCCESS
 
 
 async def test_pipelined_msgpack_sends_get_packed_answers(tmp_path: Path) -> None:
@@ -161,3 +169,66 @@ async def test_pipelined_msgpack_sends_get_packed_answers(tmp_path: Path) -> Non
         assert [r.ext_fields["queueId"] for r in resps] == [str(k % 2) for k in range(8)]
         assert all(r.serialize_type is SerializeType.MSGPACK for r in resps)
         assert PackedResponse in seen
+
+
+async def test_pipelined_json_sends_take_the_memoized_path_and_get_packed_answers(tmp_path: Path) -> None:
+    """Through a real connection, sends as RocketMQ's Java client writes them (JSON header, every extFields
+    value a str): the send path reads the SendFixed's memo (no header object), each is answered with a
+    PackedJsonResponse, and what is stored is what was sent, in its queue."""
+    import asyncio
+
+    from remoting.body import TopicConfig
+    from remoting.headers import SendMessageRequestHeader
+    from remoting.message import decode_message
+
+    async with running_broker(tmp_path) as h:
+        c = h.controller
+        c.topic_config_manager.update_topic_config(
+            TopicConfig(topic_name="JsonLive", read_queue_nums=2, write_queue_nums=2))
+        uniqs = [f"C0A80001000000000000000000{k:06X}" for k in range(8)]
+        cmds = []
+        for k, u in enumerate(uniqs):
+            ext = {"a": "PG", "b": "JsonLive", "c": "TBW102", "d": "4", "e": str(k % 2), "f": "0",
+                   "g": str(1763800000000 + k), "h": "0", "i": f"TAGS\x01t{k}\x02WAIT\x01true\x02UNIQ_KEY\x01{u}",
+                   "j": "0", "k": "false", "l": "16", "m": "false"}
+            cmds.append(RemotingCommand.request(310, ext, f"body-{k}".encode()))  # JSON, as the client's default
+        proc = c.send_message_processor
+        put_units = proc._put_units
+        seen: list[type] = []
+
+        async def spy(put_many, units, slots, out, cmds):  # type: ignore[no-untyped-def]
+            await put_units(put_many, units, slots, out, cmds)
+            seen.extend(type(r) for r in out)
+
+        proc._put_units = spy  # type: ignore[method-assign]
+        built: list[int] = []
+        real_init = SendMessageRequestHeader.__init__
+
+        def counting_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            built.append(1)
+            real_init(self, *args, **kwargs)
+
+        SendMessageRequestHeader.__init__ = counting_init  # type: ignore[method-assign]
+        try:
+            # The first send of each queue's SendFixed decodes its header (once).
+            firsts = [await asyncio.wait_for(await h.client.invoke_future(h.addr, cmd, 5000), 10) for cmd in cmds[:2]]
+            built.clear()
+            futs = [await h.client.invoke_future(h.addr, cmd, 5000) for cmd in cmds[2:]]
+            resps = [*firsts, *await asyncio.wait_for(asyncio.gather(*futs), 10)]
+        finally:
+            SendMessageRequestHeader.__init__ = real_init  # type: ignore[method-assign]
+        assert built == []
+        assert seen == [PackedJsonResponse] * 8
+        assert [r.code for r in resps] == [ResponseCode.SUCCESS] * 8
+        assert all(r.serialize_type is SerializeType.JSON for r in resps)
+        assert [r.ext_fields["transactionId"] for r in resps] == uniqs
+        assert [r.ext_fields["queueId"] for r in resps] == [str(k % 2) for k in range(8)]
+        assert [r.ext_fields["queueOffset"] for r in resps] == [str(k // 2) for k in range(8)]
+        store = c.message_store
+        assert await store.wait_dispatched(5)
+        for k, r in enumerate(resps):
+            (buf,) = store.get_message("G", "JsonLive", k % 2, k // 2, 1).message_buffers
+            m = decode_message(bytes(buf))[0]
+            assert m.body == f"body-{k}".encode() and m.properties["UNIQ_KEY"] == uniqs[k]
+            assert m.properties["TAGS"] == f"t{k}" and m.born_timestamp == 1763800000000 + k
+            assert m.msg_id == r.ext_fields["msgId"]

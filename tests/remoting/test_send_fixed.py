@@ -192,3 +192,53 @@ async def test_send_responses_writes_what_encode_parts_gives() -> None:
     conn.send_responses(reqs, resps)
     conn._flush()
     assert b"".join(t.out) == b"".join(want)
+
+
+def java_frame(code: int, opaque: int, ext: dict, body: bytes = b"body") -> bytes:
+    """A SEND as RocketMQ's Java client frames it: a JSON header (fastjson's field order), every value a str."""
+    import json
+
+    header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
+                         "serializeTypeCurrentRPC": "JSON", "version": 395}, separators=(",", ":")).encode()
+    return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+
+
+JAVA_FIELDS = {**FIELDS, "l": "16"}
+
+
+@pytest.mark.parametrize("code", [310, 320])
+def test_a_json_send_gets_a_send_fixed_by_its_constant_values(code: int) -> None:
+    """A JSON send (RocketMQ's own clients) is matched to a SendFixed by its a..m values but g and i: the
+    send header from it equals the generic decoder's, and sends that differ only in g and i share it."""
+    cmds = FrameDecoder().feed(b"".join(
+        java_frame(code, k, {**JAVA_FIELDS, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"})
+        for k in range(3)))
+    assert {id(c.send_fixed) for c in cmds} == {id(cmds[0].send_fixed)}
+    for k, cmd in enumerate(cmds):
+        assert isinstance(cmd.send_fixed, SendFixed)
+        assert cmd.send_gi == (str(1763800000000 + k), f"UNIQ_KEY\x01{k:032X}")
+        assert cmd.serialize_type is SerializeType.JSON and cmd.opaque == k and cmd.body == b"body"
+        assert cmd.ext_fields == {**JAVA_FIELDS, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"}
+        assert send_header_v2_of_command(cmd) == decode_send_header_v2(cmd.ext_fields)
+    # Another queue: another SendFixed. The C++ core's extra entries (AccessKey, Signature) and int values
+    # change nothing about the header; its ints key a SendFixed of their own.
+    (other,) = FrameDecoder().feed(java_frame(code, 9, {**JAVA_FIELDS, "e": "2", "g": "1", "i": ""}))
+    assert other.send_fixed is not cmds[0].send_fixed and other.send_fixed.ext["e"] == "2"
+    cpp = {**JAVA_FIELDS, "AccessKey": "", "Signature": "abc=", "d": 4, "e": 1, "g": "5", "i": "p"}
+    (c1,) = FrameDecoder().feed(java_frame(code, 10, cpp))
+    (c2,) = FrameDecoder().feed(java_frame(code, 11, {**cpp, "Signature": "other="}))
+    assert c1.send_fixed is c2.send_fixed is not cmds[0].send_fixed
+    assert send_header_v2_of_command(c2) == decode_send_header_v2(c2.ext_fields)
+    assert c2.ext_fields["Signature"] == "other="
+
+
+@pytest.mark.parametrize("ext", [
+    {k: v for k, v in JAVA_FIELDS.items() if k not in ("l", "m")} | {"g": "1", "i": ""},  # some clients omit l, m
+    JAVA_FIELDS | {"g": 1763800000000, "i": ""},  # a number for g
+    JAVA_FIELDS | {"g": "1", "i": "", "b": ["not", "hashable"]},
+    JAVA_FIELDS | {"i": ""},  # no g: the generic decoder names it
+])
+def test_json_sends_of_other_shapes_take_the_generic_decoder(ext: dict) -> None:
+    (cmd,) = FrameDecoder().feed(java_frame(310, 1, ext))
+    assert cmd.send_fixed is None and cmd.send_gi is None
+    assert cmd.ext_fields == ext
