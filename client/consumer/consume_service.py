@@ -164,6 +164,9 @@ class _ServiceBase:
         self._workers: list[asyncio.Task[None]] = []
         self._timers: set[asyncio.TimerHandle] = set()
         self._aux: list[asyncio.Task[None]] = []
+        # Listener calls started inline (_consume_now) once shutdown had begun: finished in tasks of their
+        # own, as the workers may be gone, and waited for by shutdown as the workers are.
+        self._tails: set[asyncio.Task[None]] = set()
         self.stopped = False
         self._idle = 0  # workers waiting for work
         self.consume_ok = 0
@@ -202,6 +205,8 @@ class _ServiceBase:
             log.warning("listener_returned_none", group=self.group, mq=str(mq), treated_as="retry")
 
     async def shutdown(self, await_s: float) -> None:
+        """Stop taking work; let the listener calls under way finish (at most `await_s`), then cancel them.
+        May be awaited from inside a listener call: that call is not waited for (it waits for this)."""
         self.stopped = True
         for h in list(self._timers):
             h.cancel()
@@ -210,8 +215,13 @@ class _ServiceBase:
             t.cancel()
         for _ in self._workers:
             self._ready.put_nowait(None)
-        if self._workers:
-            _done, pending = await asyncio.wait(self._workers, timeout=max(0.01, await_s))
+        # One loop turn first: a listener's first step runs inline, outside any task (_consume_now), and
+        # is only then handed to a task; past this, the task running this shutdown is the current one.
+        await asyncio.sleep(0)
+        me = asyncio.current_task()
+        running = [t for t in (*self._workers, *self._tails) if t is not me]
+        if running:
+            _done, pending = await asyncio.wait(running, timeout=max(0.01, await_s))
             for t in pending:
                 t.cancel()
             if pending:
@@ -274,7 +284,23 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         except (Exception, asyncio.CancelledError):
             log.exception("consume_request_failed", group=self.group, mq=str(mq))
             return
-        self._ready.put_nowait(_Started(coro, waiting_on, context))  # type: ignore[arg-type]
+        started = _Started(coro, waiting_on, context)
+        if self.stopped:
+            # Shutdown began during that first step (the listener asked for it): the workers may have
+            # taken their stop markers already, so this call finishes in a task shutdown waits for.
+            tail = asyncio.get_running_loop().create_task(self._finish_tail(started))
+            self._tails.add(tail)
+            tail.add_done_callback(self._tails.discard)
+            return
+        self._ready.put_nowait(started)  # type: ignore[arg-type]
+
+    async def _finish_tail(self, started: _Started) -> None:
+        try:
+            await _finish_started(started)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("consume_request_failed", group=self.group)
 
     async def _worker(self) -> None:
         batch_size = self.consumer.consume_message_batch_max_size
@@ -284,9 +310,11 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                 item = await self._ready.get()
             finally:
                 self._idle -= 1
-            if item is None or self.stopped:
+            if item is None:
                 return
             if item.__class__ is _Started:
+                # A listener call already under way: finished even once shutdown has begun (it waits
+                # for the workers), as a Task of its own would have been.
                 try:
                     await _finish_started(item)  # type: ignore[arg-type]
                 except asyncio.CancelledError:
@@ -294,6 +322,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
                 except Exception:
                     log.exception("consume_request_failed", group=self.group)
                 continue
+            if self.stopped:
+                continue  # not started: left in its process queue (not committed), up to this worker's None
             mq, pq = item  # type: ignore[misc]
             pq.ready = False
             if pq.dropped:
