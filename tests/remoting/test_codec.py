@@ -165,3 +165,36 @@ def test_truncated_frame_at_eof() -> None:
     assert dec.feed(encode(RemotingCommand(code=1))[:-3]) == []
     with pytest.raises(ProtocolError, match="inside a frame"):
         dec.at_eof()
+
+
+def _json_header_reference(cmd: RemotingCommand) -> bytes:
+    """The JSON header as json.dumps writes it: fastjson's field order, extFields last with every value a
+    str (Java spelling for booleans, None dropped), non-ASCII kept."""
+    header: dict = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language.name, "opaque": cmd.opaque,
+                    "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    if cmd.ext_fields:
+        header["extFields"] = {k: v if isinstance(v, str) else ("true" if v else "false") if isinstance(v, bool)
+                               else str(v) for k, v in cmd.ext_fields.items() if v is not None}
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+_ext_values = st.one_of(st.text(max_size=40), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    code=st.integers(-(2**31), 2**31 - 1), opaque=st.integers(-(2**31), 2**31 - 1), flag=st.integers(0, 3),
+    version=st.integers(0, 1000), language=st.sampled_from(list(LanguageCode)),
+    remark=st.one_of(st.none(), st.text(max_size=60)),
+    ext=st.one_of(st.none(), st.dictionaries(st.text(max_size=12), _ext_values, max_size=8)),
+)
+def test_json_header_is_what_json_dumps_writes(code: int, opaque: int, flag: int, version: int,
+                                               language: LanguageCode, remark: str | None, ext: dict | None) -> None:
+    cmd = RemotingCommand(code, opaque, flag, remark, ext, None, language, version)
+    frame = encode(cmd)
+    hlen = struct.unpack(">I", frame[4:8])[0] & 0xFFFFFF
+    assert frame[8:8 + hlen] == _json_header_reference(cmd)
+    back = decode_frame(frame[4:])
+    assert (back.code, back.opaque, back.flag, back.remark, back.version) == (code, opaque, flag, remark, version)

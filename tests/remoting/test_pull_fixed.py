@@ -141,13 +141,57 @@ def test_other_shapes_take_the_generic_decoder(frame: bytes) -> None:
     assert pull_header_of(cmd.ext_fields, cmd.send_fixed) == ref
 
 
-def test_json_pull_takes_the_generic_decoder() -> None:
-    cmd = RemotingCommand(11, 5, 0, None, {**fixed_fields(), "queueOffset": "5", "sysFlag": "3", "commitOffset": "0"})
+def json_pull(opaque: int, fields: dict, offset: str = "5", sys_flag: str = "3", commit: str = "0") -> RemotingCommand:
+    """A PULL_MESSAGE as a Java consumer frames it (JSON), decoded."""
     from remoting.codec import encode
 
-    (out,) = FrameDecoder().feed(encode(cmd))
-    assert out.send_fixed is None and out.ext_fields == cmd.ext_fields
-    assert json.loads(encode(cmd)[8:])["code"] == 11
+    cmd = RemotingCommand(11, opaque, 0, None, {**fields, "queueOffset": offset, "sysFlag": sys_flag,
+                                                "commitOffset": commit})
+    frame = encode(cmd)
+    assert json.loads(frame[8:])["code"] == 11
+    (out,) = FrameDecoder().feed(frame)
+    assert out.ext_fields == cmd.ext_fields
+    return out
+
+
+def test_a_json_pull_gets_a_pull_fixed_by_its_constant_values() -> None:
+    """A JSON pull (RocketMQ's own consumers) is matched to a PullFixed by the values PullMessageRequestHeader
+    reads but the per-pull three: the header built from it equals the generic decode, pull after pull."""
+    pulls = [json_pull(k, fixed_fields(queue_id=k % 2), offset=str(k * 32), sys_flag=str(k % 4), commit=str(k))
+             for k in range(6)]
+    assert all(isinstance(c.send_fixed, PullFixed) for c in pulls)
+    assert pulls[0].send_fixed is pulls[2].send_fixed is pulls[4].send_fixed is not pulls[1].send_fixed
+    for c in pulls:
+        assert pull_header_of(c.ext_fields, c.send_fixed) == PullMessageRequestHeader.decode(c.ext_fields)
+    # Another subscription, or an entry left out (a null Java field is not sent): a PullFixed of its own.
+    other = json_pull(9, fixed_fields(sub="a || b", sub_version=7))
+    fields = fixed_fields()
+    del fields["expressionType"]
+    bare = json_pull(10, fields)
+    assert len({id(pulls[0].send_fixed), id(other.send_fixed), id(bare.send_fixed)}) == 3
+    for c in (other, bare, json_pull(11, fields)):
+        assert pull_header_of(c.ext_fields, c.send_fixed) == PullMessageRequestHeader.decode(c.ext_fields)
+
+
+def test_json_pulls_with_bad_fields_raise_as_generic() -> None:
+    json_pull(1, fixed_fields())  # a PullFixed whose header is then known
+    c = json_pull(2, fixed_fields(), offset="x1")
+    with pytest.raises(HeaderError) as fast:
+        pull_header_of(c.ext_fields, c.send_fixed)
+    with pytest.raises(HeaderError) as slow:
+        PullMessageRequestHeader.decode(c.ext_fields)
+    assert str(fast.value) == str(slow.value)
+    fields = fixed_fields()
+    del fields["consumerGroup"]
+    for k in range(2):
+        c = json_pull(3 + k, fields)
+        with pytest.raises(HeaderError, match="consumerGroup"):
+            pull_header_of(c.ext_fields, c.send_fixed)
+    ext = {**fixed_fields(), "topic": ["not", "hashable"], "queueOffset": "5", "sysFlag": "3", "commitOffset": "0"}
+    header = json.dumps({"code": 11, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": 5,
+                         "serializeTypeCurrentRPC": "JSON", "version": 395}).encode()
+    (c,) = FrameDecoder().feed((4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header)
+    assert c.send_fixed is None and c.ext_fields == ext
 
 
 def test_many_frames_in_one_read_and_split_reads() -> None:
