@@ -406,28 +406,34 @@ def _interned_values(ext: dict[str, Any]) -> dict[str, Any]:
 
 
 # A JSON SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (RocketMQ's own clients send these) gets a SendFixed too, found by
-# its constant values (a..m but g and i, the generic header memo's key), so that the broker's send path takes
+# its constant values (a..m but g and i: what the send header reads), so that the broker's send path takes
 # the memoized route our producer's MSGPACK sends take. Other entries (a C++ client's AccessKey, Signature,
-# ...) are not in it: the send header reads none of them, and the command keeps its whole ext_fields.
+# ...) are not in it: the send header reads none of them, and the command keeps its whole ext_fields. A Java
+# client leaves l (maxReconsumeTimes) out unless it is set; m may be missing too (the generic header memo
+# then declines, and the send path decodes the header each time, as before).
 _SEND_MESSAGE_V2 = 310
 _SEND_BATCH_MESSAGE = 320
 _SEND_V2_CONSTANT_NAMES = ("a", "b", "c", "d", "e", "f", "h", "j", "k", "l", "m")
-_send_v2_constants = operator.itemgetter(*_SEND_V2_CONSTANT_NAMES)
+_send_v2_required = operator.itemgetter("a", "b", "c", "d", "e", "f", "h", "j", "k")
 _json_send_fixed: dict[tuple[Any, ...], SendFixed] = {}
 
 
 def _attach_json_send_fixed(cmd: RemotingCommand, ext: dict[str, Any]) -> None:
+    get = ext.get
     try:
-        key = _send_v2_constants(ext)
+        key = (*_send_v2_required(ext), get("l"), get("m"))
         g = ext["g"]
         i = ext["i"]
         if g.__class__ is not str or i.__class__ is not str:
             return
+        if key[9] is None and get("maxReconsumeTimes") is not None:
+            return  # the long name stands in for l: not a memoizable header
         fixed = _json_send_fixed.get(key)
     except (KeyError, TypeError):  # an entry missing (the generic decoder names it), or unhashable
         return
     if fixed is None:
-        fixed = SendFixed(_interned_values(dict(zip(_SEND_V2_CONSTANT_NAMES, key, strict=True))), len(key) + 2)
+        constant = {n: v for n, v in zip(_SEND_V2_CONSTANT_NAMES, key, strict=True) if v is not None}
+        fixed = SendFixed(_interned_values(constant), len(constant) + 2)
         if len(_json_send_fixed) >= _SEND_FIXED_MAX:
             _json_send_fixed.clear()
         _json_send_fixed[key] = fixed

@@ -190,7 +190,7 @@ async def test_pipelined_json_sends_take_the_memoized_path_and_get_packed_answer
         for k, u in enumerate(uniqs):
             ext = {"a": "PG", "b": "JsonLive", "c": "TBW102", "d": "4", "e": str(k % 2), "f": "0",
                    "g": str(1763800000000 + k), "h": "0", "i": f"TAGS\x01t{k}\x02WAIT\x01true\x02UNIQ_KEY\x01{u}",
-                   "j": "0", "k": "false", "l": "16", "m": "false"}
+                   "j": "0", "k": "false", "m": "false"}  # (no l: Java leaves a null maxReconsumeTimes out)
             cmds.append(RemotingCommand.request(310, ext, f"body-{k}".encode()))  # JSON, as the client's default
         proc = c.send_message_processor
         put_units = proc._put_units

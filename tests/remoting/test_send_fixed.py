@@ -203,40 +203,46 @@ def java_frame(code: int, opaque: int, ext: dict, body: bytes = b"body") -> byte
     return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
 
 
-JAVA_FIELDS = {**FIELDS, "l": "16"}
-
-
 @pytest.mark.parametrize("code", [310, 320])
-def test_a_json_send_gets_a_send_fixed_by_its_constant_values(code: int) -> None:
+@pytest.mark.parametrize("l_field", [None, "16"])
+def test_a_json_send_gets_a_send_fixed_by_its_constant_values(code: int, l_field: str | None) -> None:
     """A JSON send (RocketMQ's own clients) is matched to a SendFixed by its a..m values but g and i: the
     send header from it equals the generic decoder's, and sends that differ only in g and i share it."""
+    java_fields = dict(FIELDS) if l_field is None else {**FIELDS, "l": l_field}  # Java leaves a null l out
     cmds = FrameDecoder().feed(b"".join(
-        java_frame(code, k, {**JAVA_FIELDS, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"})
+        java_frame(code, k, {**java_fields, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"})
         for k in range(3)))
     assert {id(c.send_fixed) for c in cmds} == {id(cmds[0].send_fixed)}
     for k, cmd in enumerate(cmds):
         assert isinstance(cmd.send_fixed, SendFixed)
         assert cmd.send_gi == (str(1763800000000 + k), f"UNIQ_KEY\x01{k:032X}")
         assert cmd.serialize_type is SerializeType.JSON and cmd.opaque == k and cmd.body == b"body"
-        assert cmd.ext_fields == {**JAVA_FIELDS, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"}
+        assert cmd.ext_fields == {**java_fields, "g": str(1763800000000 + k), "i": f"UNIQ_KEY\x01{k:032X}"}
         assert send_header_v2_of_command(cmd) == decode_send_header_v2(cmd.ext_fields)
     # Another queue: another SendFixed. The C++ core's extra entries (AccessKey, Signature) and int values
     # change nothing about the header; its ints key a SendFixed of their own.
-    (other,) = FrameDecoder().feed(java_frame(code, 9, {**JAVA_FIELDS, "e": "2", "g": "1", "i": ""}))
+    (other,) = FrameDecoder().feed(java_frame(code, 9, {**java_fields, "e": "2", "g": "1", "i": ""}))
     assert other.send_fixed is not cmds[0].send_fixed and other.send_fixed.ext["e"] == "2"
-    cpp = {**JAVA_FIELDS, "AccessKey": "", "Signature": "abc=", "d": 4, "e": 1, "g": "5", "i": "p"}
+    cpp = {**java_fields, "AccessKey": "", "Signature": "abc=", "d": 4, "e": 1, "g": "5", "i": "p"}
     (c1,) = FrameDecoder().feed(java_frame(code, 10, cpp))
     (c2,) = FrameDecoder().feed(java_frame(code, 11, {**cpp, "Signature": "other="}))
     assert c1.send_fixed is c2.send_fixed is not cmds[0].send_fixed
     assert send_header_v2_of_command(c2) == decode_send_header_v2(c2.ext_fields)
     assert c2.ext_fields["Signature"] == "other="
+    # A send without m (some clients): matched too, its header decoded the generic way every time.
+    for k in range(2):
+        (bare,) = FrameDecoder().feed(java_frame(code, 12 + k, {**{n: v for n, v in java_fields.items() if n != "m"},
+                                                                 "g": "7", "i": "q"}))
+        assert bare.send_fixed is not None
+        assert send_header_v2_of_command(bare) == decode_send_header_v2(bare.ext_fields)
 
 
 @pytest.mark.parametrize("ext", [
-    {k: v for k, v in JAVA_FIELDS.items() if k not in ("l", "m")} | {"g": "1", "i": ""},  # some clients omit l, m
-    JAVA_FIELDS | {"g": 1763800000000, "i": ""},  # a number for g
-    JAVA_FIELDS | {"g": "1", "i": "", "b": ["not", "hashable"]},
-    JAVA_FIELDS | {"i": ""},  # no g: the generic decoder names it
+    FIELDS | {"g": 1763800000000, "i": ""},  # a number for g
+    FIELDS | {"g": "1", "i": "", "maxReconsumeTimes": "3"},  # the long name standing in for l
+    FIELDS | {"g": "1", "i": "", "b": ["not", "hashable"]},
+    FIELDS | {"i": ""},  # no g: the generic decoder names it
+    {k: v for k, v in FIELDS.items() if k != "a"} | {"g": "1", "i": ""},  # no producer group
 ])
 def test_json_sends_of_other_shapes_take_the_generic_decoder(ext: dict) -> None:
     (cmd,) = FrameDecoder().feed(java_frame(310, 1, ext))
