@@ -418,6 +418,18 @@ _send_v2_required = operator.itemgetter("a", "b", "c", "d", "e", "f", "h", "j", 
 _json_send_fixed: dict[tuple[Any, ...], SendFixed] = {}
 
 
+def _named_constants(names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
+    """A JSON header's constant entries by name, as a SendFixed / PullFixed keeps them (absent ones left out)."""
+    return _interned_values({n: v for n, v in zip(names, values, strict=True) if v is not None})
+
+
+def _remember(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], fixed: Any, limit: int) -> Any:
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = fixed
+    return fixed
+
+
 def _attach_json_send_fixed(cmd: RemotingCommand, ext: dict[str, Any]) -> None:
     get = ext.get
     try:
@@ -432,11 +444,8 @@ def _attach_json_send_fixed(cmd: RemotingCommand, ext: dict[str, Any]) -> None:
     except (KeyError, TypeError):  # an entry missing (the generic decoder names it), or unhashable
         return
     if fixed is None:
-        constant = {n: v for n, v in zip(_SEND_V2_CONSTANT_NAMES, key, strict=True) if v is not None}
-        fixed = SendFixed(_interned_values(constant), len(constant) + 2)
-        if len(_json_send_fixed) >= _SEND_FIXED_MAX:
-            _json_send_fixed.clear()
-        _json_send_fixed[key] = fixed
+        constant = _named_constants(_SEND_V2_CONSTANT_NAMES, key)
+        fixed = _remember(_json_send_fixed, key, SendFixed(constant, len(constant) + 2), _SEND_FIXED_MAX)
     cmd.send_fixed = fixed
     cmd.send_gi = (g, i)
 
@@ -621,11 +630,8 @@ def _attach_json_pull_fixed(cmd: RemotingCommand, ext: dict[str, Any]) -> None:
     except TypeError:  # an unhashable value: the generic decoder refuses it
         return
     if fixed is None:
-        constant = {n: v for n, v in zip(_PULL_CONSTANT_NAMES, key, strict=True) if v is not None}
-        fixed = PullFixed(_interned_values(constant), len(constant) + 3)
-        if len(_json_pull_fixed) >= _PULL_FIXED_MAX:
-            _json_pull_fixed.clear()
-        _json_pull_fixed[key] = fixed
+        constant = _named_constants(_PULL_CONSTANT_NAMES, key)
+        fixed = _remember(_json_pull_fixed, key, PullFixed(constant, len(constant) + 3), _PULL_FIXED_MAX)
     cmd.send_fixed = fixed
 
 

@@ -70,19 +70,40 @@ FLUSH_FRAMES = 32
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 
-class PackedResponse:
-    """A bodiless answer whose MSGPACK header is already encoded but for the opaque: `lead` (fixarray 7,
-    code, language, version) and `tail` (flag with RPC_TYPE set, remark, extFields map). A group
-    processor returns it in place of a RemotingCommand for a MSGPACK request (the pipelined send answers:
-    no command object, no extFields dict and no msgpack call per answer); send_responses splices the
-    request's opaque in, giving the bytes encode_parts gives for the equal command. `command()` is that
-    command (for any other serialize type, and for callers that read the fields)."""
+class _PackedAnswer:
+    """A bodiless answer whose header is already encoded but for the opaque: `lead` before it, `tail` after.
+    A group processor returns one in place of a RemotingCommand (the pipelined send answers: no command
+    object, no extFields dict and no encoder call per answer); send_responses splices the request's opaque
+    in, giving the bytes encode_parts gives for the equal command. `command()` is that command (for a
+    request of another serialize type, and for callers that read the fields)."""
 
     __slots__ = ("lead", "tail")
 
     def __init__(self, lead: bytes, tail: bytes) -> None:
         self.lead = lead
         self.tail = tail
+
+    def command(self) -> RemotingCommand:
+        raise NotImplementedError
+
+    @property
+    def code(self) -> int:
+        return self.command().code
+
+    @property
+    def remark(self) -> str | None:
+        return self.command().remark
+
+    @property
+    def ext_fields(self) -> dict[str, str] | None:
+        return self.command().ext_fields
+
+
+class PackedResponse(_PackedAnswer):
+    """The answer to a MSGPACK request: `lead` is fixarray 7, code, language and version; `tail` the flag
+    (RPC_TYPE set), remark and extFields map."""
+
+    __slots__ = ()
 
     def command(self) -> RemotingCommand:
         code, language, version, _opaque, flag, remark, ext = msgpack.unpackb(
@@ -92,45 +113,15 @@ class PackedResponse:
             code, 0, flag, remark, ext, None, LanguageCode(language), version, SerializeType.MSGPACK
         )
 
-    @property
-    def code(self) -> int:
-        return self.command().code
 
-    @property
-    def remark(self) -> str | None:
-        return self.command().remark
+class PackedJsonResponse(_PackedAnswer):
+    """The answer to a JSON request (what RocketMQ's own clients send): the JSON header up to the opaque's
+    value (codec.json_answer_lead) and after it."""
 
-    @property
-    def ext_fields(self) -> dict[str, str] | None:
-        return self.command().ext_fields
-
-
-class PackedJsonResponse:
-    """PackedResponse for a JSON request (what RocketMQ's own clients send): the answer's JSON header but
-    for the opaque, `lead` up to it (codec.json_answer_lead) and `tail` after it. send_responses splices
-    the request's opaque in, giving the bytes encode_parts gives for the equal command; `command()` is
-    that command."""
-
-    __slots__ = ("lead", "tail")
-
-    def __init__(self, lead: bytes, tail: bytes) -> None:
-        self.lead = lead
-        self.tail = tail
+    __slots__ = ()
 
     def command(self) -> RemotingCommand:
         return decode_json_header(self.lead + b"0" + self.tail)
-
-    @property
-    def code(self) -> int:
-        return self.command().code
-
-    @property
-    def remark(self) -> str | None:
-        return self.command().remark
-
-    @property
-    def ext_fields(self) -> dict[str, str] | None:
-        return self.command().ext_fields
 
 
 def packed_response_lead(code: int, language: int, version: int) -> bytes:
