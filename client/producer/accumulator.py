@@ -222,6 +222,9 @@ def _splitter(
 
 
 def _chain_one(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult]) -> None:
+    """Copy a message's own send (`src`) into its caller's future; the caller cancelling it cancels the send,
+    as cancelling the future of a plain send_async does (its retries stop)."""
+
     def copy(s: asyncio.Future[SendResult]) -> None:
         if out.done():
             if not s.cancelled():
@@ -235,6 +238,7 @@ def _chain_one(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult])
             out.set_result(s.result())
 
     src.add_done_callback(copy)
+    out.add_done_callback(lambda o: src.cancel() if o.cancelled() and not src.done() else None)
 
 
 def _fail(f: asyncio.Future[Any], exc: BaseException) -> None:

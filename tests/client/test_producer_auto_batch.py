@@ -193,3 +193,33 @@ async def test_batches_to_a_dead_broker_are_retried_on_the_live_one(own_cluster:
         assert all(r.status is SendStatus.SEND_OK for r in after)
         assert {r.queue.broker_name for r in after} == {"broker-a"}
         assert len({r.msg_id for r in after}) == 100
+
+
+async def test_a_lone_sends_future_follows_its_send_and_cancelling_it_cancels_the_send() -> None:
+    """A batch of one goes out as a single send chained into the caller's future: its outcome is copied, and
+    the caller cancelling its future cancels the send (its retries stop), as with a plain send_async."""
+    from client.producer.accumulator import _chain_one
+
+    loop = asyncio.get_running_loop()
+    out, src = loop.create_future(), loop.create_future()
+    _chain_one(out, src)
+    out.cancel()
+    await asyncio.sleep(0)
+    assert src.cancelled()
+    for outcome in ("result", "error", "cancel"):
+        out, src = loop.create_future(), loop.create_future()
+        _chain_one(out, src)
+        if outcome == "result":
+            src.set_result("sent")
+        elif outcome == "error":
+            src.set_exception(RuntimeError("refused"))
+        else:
+            src.cancel()
+        await asyncio.sleep(0)
+        if outcome == "result":
+            assert out.result() == "sent"
+        elif outcome == "error":
+            with pytest.raises(RuntimeError, match="refused"):
+                out.result()
+        else:
+            assert out.cancelled()
