@@ -1,5 +1,6 @@
 """What the broker spends on each wire format, in-process: our clients' MSGPACK headers against the JSON
-headers RocketMQ's own clients (Java, C++) send, in alternating rounds.
+headers RocketMQ's own clients (Java, C++) send by default, and the binary ROCKETMQ ones a Java client
+sends with `-Drocketmq.serialize.type=ROCKETMQ`, in alternating rounds.
 
     .venv/bin/python bench/bench_wire.py                     # 6 rounds of each workload and wire
     .venv/bin/python bench/bench_wire.py --root /tmp/other   # another checkout, same harness
@@ -12,7 +13,7 @@ the event loop thread's CPU clock, as bench_inproc.py:
   (a lite pull consumer catching up); per pull.
 The MSGPACK requests are what client/ writes (bench_callgrind.py's, and pull_api's header order); the
 JSON ones what a Java 4.x client writes (fastjson: the fields by name, extFields a map of strs; a SEND's
-short names a..m). The figures are medians of the rounds' loop-thread CPU; the machine's noise moves
+short names a..m); the ROCKETMQ ones the same extFields in RocketMQSerializable's layout. The figures are medians of the rounds' loop-thread CPU; the machine's noise moves
 them by a few per cent between runs, so compare the two wires of one run, or two trees in one sitting.
 """
 
@@ -33,11 +34,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TOPIC = "CallgrindT"  # bench_callgrind.build_requests sends to it
 GROUP = "WireGroup"
-WIRES = ("msgpack", "json")
+WIRES = ("msgpack", "json", "rocketmq")
 
 
-def java_frame(code: int, opaque: int, ext: dict[str, str], body: bytes | None) -> bytes:
-    """A request as RocketMQ's Java client frames it: JSON header (fastjson orders the fields by name), body."""
+def java_frame(code: int, opaque: int, ext: dict[str, str], body: bytes | None, wire: str = "json") -> bytes:
+    """A request as RocketMQ's Java client frames it: JSON header (fastjson orders the fields by name), or
+    the binary ROCKETMQ one (wire="rocketmq"); then the body."""
+    if wire == "rocketmq":
+        from remoting.codec import encode
+        from remoting.codes import LanguageCode, SerializeType
+        from remoting.command import RemotingCommand
+
+        return encode(RemotingCommand(code, opaque, 0, None, ext, body, LanguageCode.JAVA, 395, SerializeType.ROCKETMQ))
     header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
                          "serializeTypeCurrentRPC": "JSON", "version": 395}, separators=(",", ":")).encode()
     body = body or b""
@@ -53,7 +61,7 @@ def send_reads(wire: str, n: int, start: int, group: int) -> list[bytes]:
     frames = []
     for k, r in enumerate(requests):
         ext = {key: str(r.ext_fields[key]) for key in sorted(r.ext_fields)}  # a..m: a Java HashMap's order
-        frames.append(java_frame(r.code, start + k, ext, r.body))
+        frames.append(java_frame(r.code, start + k, ext, r.body, wire))
     return [b"".join(frames[i:i + group]) for i in range(0, len(frames), group)]
 
 
@@ -79,7 +87,7 @@ def pull_reads(wire: str, offsets: list[int], opaque: int) -> list[bytes]:
         ext = {"commitOffset": str(max(0, offset - 1)), "consumerGroup": GROUP, "expressionType": "TAG",
                "maxMsgNums": "32", "queueId": str(q), "queueOffset": str(offset), "subVersion": "1763800000000",
                "subscription": "*", "suspendTimeoutMillis": "20000", "sysFlag": "7", "topic": TOPIC}
-        reads.append(java_frame(11, opaque + q, ext, None))
+        reads.append(java_frame(11, opaque + q, ext, None, wire))
     return reads
 
 
@@ -185,14 +193,16 @@ def main() -> int:
     us = uvloop.run(measure(a.rounds, a.per, a.group, a.pulls))
     med = {w: {k: statistics.median(v) for k, v in by.items()} for w, by in us.items()}
     out: dict[str, Any] = {"root": str(a.root), "rounds": us, "median_us": med,
-                           "json_over_msgpack": {w: round(m["json"] / m["msgpack"], 3) for w, m in med.items()}}
+                           "json_over_msgpack": {w: round(m["json"] / m["msgpack"], 3) for w, m in med.items()},
+                           "rocketmq_over_msgpack": {w: round(m["rocketmq"] / m["msgpack"], 3) for w, m in med.items()}}
     if a.json:
         print(json.dumps(out))
         return 0
     for w, m in med.items():
         what = "a single send" if w == "send" else "a pull of 32"
-        print(f"{what:>14}: MSGPACK {m['msgpack']:.2f} us, JSON {m['json']:.2f} us of loop-thread CPU "
-              f"(x{out['json_over_msgpack'][w]:.2f}); rounds {us[w]}")
+        print(f"{what:>14}: MSGPACK {m['msgpack']:.2f} us, JSON {m['json']:.2f} us (x{out['json_over_msgpack'][w]:.2f}), "
+              f"ROCKETMQ {m['rocketmq']:.2f} us (x{out['rocketmq_over_msgpack'][w]:.2f}) of loop-thread CPU; "
+              f"rounds {us[w]}")
     return 0
 
 

@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 import msgpack
 import structlog
 
-from .codec import MAX_FRAME_SIZE, FrameDecoder, decode_json_header, encode_msgpack_request_head, encode_parts
+from .codec import (
+    MAX_FRAME_SIZE,
+    FrameDecoder,
+    decode_json_header,
+    decode_rocketmq_header,
+    encode_msgpack_request_head,
+    encode_parts,
+    rocketmq_i32,
+)
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType, code_name
 from .command import OpaqueGenerator, RemotingCommand
 from .deadlines import DeadlineFifos
@@ -40,6 +48,8 @@ _RPC_TYPE = int(RemotingFlag.RPC_TYPE)
 _RPC_ONEWAY = int(RemotingFlag.RPC_ONEWAY)
 _MSGPACK = SerializeType.MSGPACK
 _JSON = SerializeType.JSON
+_ROCKETMQ = SerializeType.ROCKETMQ
+_ROCKETMQ_BITS = int(SerializeType.ROCKETMQ) << 24
 _MSGPACK_BITS = int(SerializeType.MSGPACK) << 24
 _msgpack_pack = msgpack.Packer(use_bin_type=True).pack
 _pack_prefix = struct.Struct(">II").pack
@@ -122,6 +132,16 @@ class PackedJsonResponse(_PackedAnswer):
 
     def command(self) -> RemotingCommand:
         return decode_json_header(self.lead + b"0" + self.tail)
+
+
+class PackedRocketmqResponse(_PackedAnswer):
+    """The answer to a ROCKETMQ (binary) request: code, language and version (codec.rocketmq_answer_lead),
+    then, after the 4-byte opaque, the flag, remark and extFields."""
+
+    __slots__ = ()
+
+    def command(self) -> RemotingCommand:
+        return decode_rocketmq_header(self.lead + b"\x00\x00\x00\x00" + self.tail)
 
 
 def packed_response_lead(code: int, language: int, version: int) -> bytes:
@@ -790,6 +810,14 @@ class RemotingConnection(asyncio.Protocol):
                     hlen = len(header)
                     if hlen + 4 <= MAX_FRAME_SIZE:
                         add(_pack_prefix(hlen + 4, hlen) + header)  # (JSON's serialize type bits are 0)
+                        continue
+                response = response.command()  # type: ignore[union-attr]
+            elif response.__class__ is PackedRocketmqResponse:
+                if request.serialize_type is _ROCKETMQ:
+                    header = b"".join((response.lead, rocketmq_i32(request.opaque), response.tail))  # type: ignore[union-attr]
+                    hlen = len(header)
+                    if hlen + 4 <= MAX_FRAME_SIZE:
+                        add(_pack_prefix(hlen + 4, _ROCKETMQ_BITS | hlen) + header)
                         continue
                 response = response.command()  # type: ignore[union-attr]
             opaque = response.opaque = request.opaque

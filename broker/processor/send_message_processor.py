@@ -34,12 +34,21 @@ from broker.processor.common import BadRequest, decode_header, now_ms, parse_hos
 from broker.topic import topic_validator as tv
 from broker.topic.topic_config_manager import TopicSendView
 from remoting.body import TopicConfig
-from remoting.codec import json_answer_ext_head, json_answer_lead, json_str
+from remoting.codec import (
+    ROCKETMQ_ANSWER_FLAG_NO_REMARK,
+    json_answer_ext_head,
+    json_answer_lead,
+    json_str,
+    rocketmq_answer_lead,
+    rocketmq_ext_entry,
+    rocketmq_i32,
+)
 from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from remoting.command import DEFAULT_VERSION, RemotingCommand
 from remoting.connection import (
     PackedJsonResponse,
     PackedResponse,
+    PackedRocketmqResponse,
     RequestContext,
     groupable,
     inline_first_step,
@@ -139,6 +148,19 @@ _SEND_OK_LEAD = packed_response_lead(_SUCCESS, LanguageCode.JAVA, DEFAULT_VERSIO
 _STR_HEAD = tuple(chr(0xA0 | n) if n < 32 else f"\xd9{chr(n)}" for n in range(256))
 
 
+def _rocketmq_answer(mid: str, queue_id: int, offset: int, uniq: str | None, end: bytes) -> PackedRocketmqResponse:
+    """A stored send's answer to a ROCKETMQ request (handle_put_message_result's fields, in its order);
+    `mid` and `uniq` are ASCII."""
+    off = str(offset)
+    parts = [_RMQ_K_MSG_ID, rocketmq_i32(len(mid)), mid.encode(), _RMQ_QUEUE_ID[queue_id], _RMQ_K_QUEUE_OFFSET,
+             rocketmq_i32(len(off)), off.encode()]
+    if uniq is not None:
+        parts += (_RMQ_K_TRANSACTION_ID, rocketmq_i32(len(uniq)), uniq.encode())
+    parts.append(end)
+    ext = b"".join(parts)
+    return PackedRocketmqResponse(_SEND_OK_ROCKETMQ_LEAD, ROCKETMQ_ANSWER_FLAG_NO_REMARK + rocketmq_i32(len(ext)) + ext)
+
+
 def _str_head(n: int) -> str:
     """_STR_HEAD[n] for any n (str16 / str32 past 255)."""
     if n < 256:
@@ -165,6 +187,13 @@ _SEND_OK_JSON_LEAD = json_answer_lead(_SUCCESS, LanguageCode.JAVA)
 _JSON_ANSWER_HEAD = json_answer_ext_head(DEFAULT_VERSION) + '"msgId":"'
 _JSON_QUEUE_ID = tuple(f'","queueId":"{q}","queueOffset":"' for q in _QUEUE_ID_STR)
 _JSON_TRANSACTION_ID = '","transactionId":"'
+# And to a ROCKETMQ (binary) request: PackedRocketmqResponse pieces, each key with its int16 length.
+_ROCKETMQ = SerializeType.ROCKETMQ
+_SEND_OK_ROCKETMQ_LEAD = rocketmq_answer_lead(_SUCCESS, LanguageCode.JAVA, DEFAULT_VERSION)
+_RMQ_K_MSG_ID = rocketmq_ext_entry("msgId", "")[:-4]
+_RMQ_QUEUE_ID = tuple(rocketmq_ext_entry("queueId", q) for q in _QUEUE_ID_STR)
+_RMQ_K_QUEUE_OFFSET = rocketmq_ext_entry("queueOffset", "")[:-4]
+_RMQ_K_TRANSACTION_ID = rocketmq_ext_entry("transactionId", "")[:-4]
 
 
 def _accepting(bc: Any) -> bool:
@@ -213,8 +242,9 @@ def _queue_hint(fixed: Any, store: Any, get_cq: Any, topic: str, queue_id: int) 
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
-        # _put_units: (regionId, traceOn str, their msgpack pairs as a latin-1 str, the JSON answer end) of the last answers.
-        self._answer_suffix: tuple[str, str, str, str] = ("", "", "", "")
+        # _put_units: (regionId, traceOn str, their msgpack pairs as a latin-1 str, the JSON answer's end, their
+        # ROCKETMQ entries) of the last answers.
+        self._answer_suffix: tuple[str, str, str, str, bytes] = ("", "", "", "", b"")
         self.message_transformers: list[MessageTransformer] = []
         self.put_message: Callable[[MessageExtBrokerInner], Awaitable[PutMessageResult]] = (
             controller.message_store.put_message
@@ -495,9 +525,11 @@ class SendMessageProcessor:
                 _msgpack_packb(_PROP_MSG_REGION) + _msgpack_packb(region)
                 + _msgpack_packb(_PROP_TRACE_SWITCH) + _msgpack_packb(trace)
             ).decode("latin-1"), f'",{json_str(_PROP_MSG_REGION)}:{json_str(region)},'
-                f'{json_str(_PROP_TRACE_SWITCH)}:{json_str(trace)}}}}}')
+                f'{json_str(_PROP_TRACE_SWITCH)}:{json_str(trace)}}}}}',
+                rocketmq_ext_entry(_PROP_MSG_REGION, region) + rocketmq_ext_entry(_PROP_TRACE_SWITCH, trace))
         tail_end = suffix[2]
         json_end = suffix[3]  # after the last field before the region: its closing quote, region, trace
+        rmq_end = suffix[4]  # the region and trace entries
         # The stats (BrokerStatsManager.inc_put, inlined): each topic's cell updated in place, the totals once.
         stats = self.c.broker_stats
         cells = stats.topic_put
@@ -508,7 +540,7 @@ class SendMessageProcessor:
                 or result.status is not _PUT_OK
                 or (ar := result.append_result) is None
                 or (batch and ((st := cmds[i].serialize_type) is not _MSGPACK and st is not _JSON
-                               or not 0 <= queue_id < _QUEUE_ID_STR_N))
+                               and st is not _ROCKETMQ or not 0 <= queue_id < _QUEUE_ID_STR_N))
             ):
                 out[i] = handle(result, msgs if batch else msgs[0], queue_id, body_size, batch)  # type: ignore[index, arg-type]
                 continue
@@ -533,6 +565,9 @@ class SendMessageProcessor:
                     tail = f"{_JSON_ANSWER_HEAD}{mid}{_JSON_QUEUE_ID[queue_id]}{ar.logics_offset}{json_end}"
                     out[i] = PackedJsonResponse(_SEND_OK_JSON_LEAD, tail.encode())
                     continue
+                if st is _ROCKETMQ:
+                    out[i] = _rocketmq_answer(mid, queue_id, ar.logics_offset, None, rmq_end)
+                    continue
                 off = str(ar.logics_offset)
                 tail = (f"{_ANSWER_HEAD5}{_str_head(len(mid))}{mid}{_QUEUE_ID_PAIR[queue_id]}"
                         f"{_K_QUEUE_OFFSET}{_STR_HEAD[len(off)]}{off}{tail_end}")
@@ -550,6 +585,9 @@ class SendMessageProcessor:
                 if uniq is not None:
                     tail = f"{tail}{_JSON_TRANSACTION_ID}{uniq}"
                 out[i] = PackedJsonResponse(_SEND_OK_JSON_LEAD, f"{tail}{json_end}".encode())
+                continue
+            if st is _ROCKETMQ and 0 <= queue_id < _QUEUE_ID_STR_N and (uniq is None or uniq.isascii()):
+                out[i] = _rocketmq_answer(ar.msg_id, queue_id, ar.logics_offset, uniq, rmq_end)
                 continue
             if (
                 st is _MSGPACK

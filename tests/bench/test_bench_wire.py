@@ -1,6 +1,6 @@
 """bench/bench_wire.py times the broker's send and pull paths for our clients' MSGPACK headers and Java's
-JSON ones through a real connection, round by round, and reports the medians and their ratio; the JSON
-requests it builds are taken by the broker's fast paths (a SendFixed / PullFixed each)."""
+JSON and ROCKETMQ ones through a real connection, round by round, and reports the medians and their ratios;
+the Java requests it builds are taken by the broker's fast paths (a SendFixed / PullFixed each)."""
 
 from __future__ import annotations
 
@@ -28,22 +28,25 @@ def test_both_wires_are_timed_round_by_round() -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     for what in ("send", "pull"):
-        for wire in ("msgpack", "json"):
+        for wire in ("msgpack", "json", "rocketmq"):
             rounds = out["rounds"][what][wire]
             assert len(rounds) == 2 and all(0 < us < 100_000 for us in rounds)
             assert out["median_us"][what][wire] == pytest.approx(sum(rounds) / 2)
         med = out["median_us"][what]
         assert out["json_over_msgpack"][what] == round(med["json"] / med["msgpack"], 3)
+        assert out["rocketmq_over_msgpack"][what] == round(med["rocketmq"] / med["msgpack"], 3)
 
 
-def test_the_java_requests_are_json_and_take_the_fast_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("wire", "stype"), [("json", SerializeType.JSON), ("rocketmq", SerializeType.ROCKETMQ)])
+def test_the_java_requests_take_the_fast_paths(monkeypatch: pytest.MonkeyPatch, wire: str, stype: SerializeType) -> None:
     monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its sibling scripts, as when it runs
     bw = load_bench_script("bench_wire")
-    (read,) = bw.send_reads("json", 4, 0, 4)
+    (read,) = bw.send_reads(wire, 4, 0, 4)
     sends = FrameDecoder().feed(read)
-    assert [c.serialize_type for c in sends] == [SerializeType.JSON] * 4
+    assert [c.serialize_type for c in sends] == [stype] * 4
     assert all(isinstance(c.send_fixed, SendFixed) and c.language.name == "JAVA" for c in sends)
-    pulls = [c for read in bw.pull_reads("json", [0, 32, 64, 96], 7) for c in FrameDecoder().feed(read)]
+    pulls = [c for read in bw.pull_reads(wire, [0, 32, 64, 96], 7) for c in FrameDecoder().feed(read)]
+    assert [c.serialize_type for c in pulls] == [stype] * 4
     assert [c.code for c in pulls] == [11] * 4 and all(isinstance(c.send_fixed, PullFixed) for c in pulls)
     assert [c.ext_fields["queueOffset"] for c in pulls] == ["0", "32", "64", "96"]
     ours = [c for read in bw.pull_reads("msgpack", [0, 0, 0, 0], 7) for c in FrameDecoder().feed(read)]

@@ -198,3 +198,27 @@ def test_json_header_is_what_json_dumps_writes(code: int, opaque: int, flag: int
     assert frame[8:8 + hlen] == _json_header_reference(cmd)
     back = decode_frame(frame[4:])
     assert (back.code, back.opaque, back.flag, back.remark, back.version) == (code, opaque, flag, remark, version)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    code=st.integers(-(2**15), 2**15 - 1), opaque=st.integers(-(2**31), 2**31 - 1), flag=st.integers(0, 3),
+    remark=st.one_of(st.none(), st.text(min_size=1, max_size=60)),
+    ext=st.one_of(st.none(), st.dictionaries(st.text(max_size=12), st.text(max_size=40), min_size=1, max_size=8)),
+)
+def test_rocketmq_header_round_trips(code: int, opaque: int, flag: int, remark: str | None, ext: dict | None) -> None:
+    cmd = RemotingCommand(code, opaque, flag, remark, ext, None, LanguageCode.JAVA, 395, SerializeType.ROCKETMQ)
+    back = decode_frame(encode(cmd)[4:])
+    assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.language, back.serialize_type) == (
+        code, opaque, flag, remark, ext, LanguageCode.JAVA, SerializeType.ROCKETMQ)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 9])
+def test_a_truncated_rocketmq_ext_entry_is_refused(cut: int) -> None:
+    cmd = RemotingCommand(11, 1, 0, None, {"topic": "T", "queueId": "0"}, None, LanguageCode.JAVA, 395,
+                          SerializeType.ROCKETMQ)
+    header = encode_rocketmq_header(cmd)
+    # shorten the header without fixing its extFields length: the last entry runs past the end
+    frame = struct.pack(">I", (1 << 24) | (len(header) - cut)) + header[:-cut]
+    with pytest.raises(ProtocolError, match="binary header"):
+        decode_frame(frame)

@@ -15,6 +15,7 @@ from remoting.codec import (
     FrameDecoder,
     SendFixed,
     decode_msgpack_header,
+    encode,
     encode_msgpack_request_head,
     encode_parts,
 )
@@ -248,3 +249,23 @@ def test_json_sends_of_other_shapes_take_the_generic_decoder(ext: dict) -> None:
     (cmd,) = FrameDecoder().feed(java_frame(310, 1, ext))
     assert cmd.send_fixed is None and cmd.send_gi is None
     assert cmd.ext_fields == ext
+
+
+def test_a_rocketmq_send_and_pull_get_their_fixed_parts_too() -> None:
+    """A Java client configured for the binary ROCKETMQ header: its sends and pulls are matched as JSON ones are."""
+    from remoting.codec import PullFixed
+
+    def frame(code: int, opaque: int, ext: dict) -> bytes:
+        return encode(RemotingCommand(code, opaque, 0, None, ext, b"b" if code != 11 else None, LanguageCode.JAVA, 395,
+                                      SerializeType.ROCKETMQ))
+
+    sends = FrameDecoder().feed(b"".join(frame(310, k, {**FIELDS, "g": str(k), "i": f"UNIQ_KEY\x01{k}"}) for k in range(3)))
+    assert sends[0].send_fixed is sends[1].send_fixed is sends[2].send_fixed is not None
+    assert [c.send_gi for c in sends] == [(str(k), f"UNIQ_KEY\x01{k}") for k in range(3)]
+    for c in sends:
+        assert c.serialize_type is SerializeType.ROCKETMQ
+        assert send_header_v2_of_command(c) == decode_send_header_v2(c.ext_fields)
+    pull = {"consumerGroup": "G", "topic": "T", "queueId": "1", "queueOffset": "5", "maxMsgNums": "32", "sysFlag": "3",
+            "commitOffset": "0", "suspendTimeoutMillis": "15000", "subscription": "*", "subVersion": "1"}
+    (p,) = FrameDecoder().feed(frame(11, 9, pull))
+    assert isinstance(p.send_fixed, PullFixed)
