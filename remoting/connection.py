@@ -47,9 +47,6 @@ log = structlog.get_logger(__name__)
 _RPC_TYPE = int(RemotingFlag.RPC_TYPE)
 _RPC_ONEWAY = int(RemotingFlag.RPC_ONEWAY)
 _MSGPACK = SerializeType.MSGPACK
-_JSON = SerializeType.JSON
-_ROCKETMQ = SerializeType.ROCKETMQ
-_ROCKETMQ_BITS = int(SerializeType.ROCKETMQ) << 24
 _MSGPACK_BITS = int(SerializeType.MSGPACK) << 24
 _msgpack_pack = msgpack.Packer(use_bin_type=True).pack
 _pack_prefix = struct.Struct(">II").pack
@@ -88,10 +85,15 @@ class _PackedAnswer:
     request of another serialize type, and for callers that read the fields)."""
 
     __slots__ = ("lead", "tail")
+    serialize_type: SerializeType  # of the requests it answers as it stands
 
     def __init__(self, lead: bytes, tail: bytes) -> None:
         self.lead = lead
         self.tail = tail
+
+    def header(self, opaque: int) -> bytes:
+        """The whole header, with this opaque."""
+        raise NotImplementedError
 
     def command(self) -> RemotingCommand:
         raise NotImplementedError
@@ -114,6 +116,10 @@ class PackedResponse(_PackedAnswer):
     (RPC_TYPE set), remark and extFields map."""
 
     __slots__ = ()
+    serialize_type = SerializeType.MSGPACK
+
+    def header(self, opaque: int) -> bytes:  # (send_responses does this inline: the pipelined sends' path)
+        return b"".join((self.lead, _msgpack_pack(opaque), self.tail))
 
     def command(self) -> RemotingCommand:
         code, language, version, _opaque, flag, remark, ext = msgpack.unpackb(
@@ -129,6 +135,10 @@ class PackedJsonResponse(_PackedAnswer):
     value (codec.json_answer_lead) and after it."""
 
     __slots__ = ()
+    serialize_type = SerializeType.JSON
+
+    def header(self, opaque: int) -> bytes:
+        return b"%b%d%b" % (self.lead, opaque, self.tail)
 
     def command(self) -> RemotingCommand:
         return decode_json_header(self.lead + b"0" + self.tail)
@@ -139,6 +149,10 @@ class PackedRocketmqResponse(_PackedAnswer):
     then, after the 4-byte opaque, the flag, remark and extFields."""
 
     __slots__ = ()
+    serialize_type = SerializeType.ROCKETMQ
+
+    def header(self, opaque: int) -> bytes:
+        return b"".join((self.lead, rocketmq_i32(opaque), self.tail))
 
     def command(self) -> RemotingCommand:
         return decode_rocketmq_header(self.lead + b"\x00\x00\x00\x00" + self.tail)
@@ -784,7 +798,7 @@ class RemotingConnection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
 
     def send_responses(
-        self, requests: list[RemotingCommand], responses: list[RemotingCommand | PackedResponse | None]
+        self, requests: list[RemotingCommand], responses: list[RemotingCommand | _PackedAnswer | None]
     ) -> None:
         """Answer a run of requests (None: no answer now), as RequestContext.send_response would each, with
         the connection checked once and every frame in one coalesced write."""
@@ -804,22 +818,14 @@ class RemotingConnection(asyncio.Protocol):
                         add(_pack_prefix(hlen + 4, _MSGPACK_BITS | hlen) + header)
                         continue
                 response = response.command()  # type: ignore[union-attr]
-            elif response.__class__ is PackedJsonResponse:
-                if request.serialize_type is _JSON:
-                    header = b"%b%d%b" % (response.lead, request.opaque, response.tail)  # type: ignore[union-attr]
+            elif isinstance(response, _PackedAnswer):  # a JSON or ROCKETMQ request's (MSGPACK's inline above)
+                if request.serialize_type is response.serialize_type:
+                    header = response.header(request.opaque)
                     hlen = len(header)
                     if hlen + 4 <= MAX_FRAME_SIZE:
-                        add(_pack_prefix(hlen + 4, hlen) + header)  # (JSON's serialize type bits are 0)
+                        add(_pack_prefix(hlen + 4, response.serialize_type << 24 | hlen) + header)
                         continue
-                response = response.command()  # type: ignore[union-attr]
-            elif response.__class__ is PackedRocketmqResponse:
-                if request.serialize_type is _ROCKETMQ:
-                    header = b"".join((response.lead, rocketmq_i32(request.opaque), response.tail))  # type: ignore[union-attr]
-                    hlen = len(header)
-                    if hlen + 4 <= MAX_FRAME_SIZE:
-                        add(_pack_prefix(hlen + 4, _ROCKETMQ_BITS | hlen) + header)
-                        continue
-                response = response.command()  # type: ignore[union-attr]
+                response = response.command()
             opaque = response.opaque = request.opaque
             flag = response.flag = response.flag | _RPC_TYPE
             st = response.serialize_type = request.serialize_type
