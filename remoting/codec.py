@@ -253,7 +253,7 @@ def _json_document(data: bytes | memoryview) -> Any:
         obj, end = _json_scan(text, 0)
     except StopIteration:
         return _json_loads(text)
-    if end != len(text) and not text[end:].isspace():
+    if end != len(text) and text[end:].strip(" \t\n\r"):  # (JSON's whitespace only, as json.loads)
         return _json_loads(text)  # raises "Extra data"
     return obj
 

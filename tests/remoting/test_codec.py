@@ -149,6 +149,8 @@ def test_rocketmq_binary_header_layout_matches_java() -> None:
         (struct.pack(">I", 17 * 1024 * 1024), "exceeds"),
         (struct.pack(">II", 8, (9 << 24) | 4) + b"abcd", "unknown serialize type"),
         (_frame(b"{not json"), "undecodable JSON"),
+        (_frame(b'{"code":1}\x0c'), "undecodable JSON"),  # past the value only JSON's whitespace
+        (_frame(b'{"code":1}{"code":2}'), "undecodable JSON"),
         (_frame(b"[1,2]"), "not an object"),
         (struct.pack(">II", 8, 100) + b"abcd", "header length"),
         (struct.pack(">I", 2) + b"ab", "too small"),
@@ -222,3 +224,11 @@ def test_a_truncated_rocketmq_ext_entry_is_refused(cut: int) -> None:
     frame = struct.pack(">I", (1 << 24) | (len(header) - cut)) + header[:-cut]
     with pytest.raises(ProtocolError, match="binary header"):
         decode_frame(frame)
+
+
+def test_a_json_header_may_end_in_whitespace_as_the_cpp_client_sends_it() -> None:
+    for tail in (b"\n", b" \t\r\n", b""):
+        (cmd,) = FrameDecoder().feed(_frame(b'{"code":105,"extFields":{"topic":"T"},"opaque":3}' + tail))
+        assert (cmd.code, cmd.opaque, cmd.ext_fields) == (105, 3, {"topic": "T"})
+    (cmd,) = FrameDecoder().feed(_frame(b' {"code":105}'))  # before it too (json.loads' way)
+    assert cmd.code == 105
