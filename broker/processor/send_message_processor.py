@@ -557,9 +557,10 @@ class SendMessageProcessor:
             put_n += n
             put_size += wrote
             if batch:
-                # A stored batch to a MSGPACK or JSON request: handle_put_message_result's answer (no
-                # transaction id; msgId is the comma-joined ids, a str16 past 255 chars) as a PackedResponse
-                # or PackedJsonResponse (every value is hex, digits or a comma).
+                # A stored batch to a MSGPACK, JSON or ROCKETMQ request: handle_put_message_result's answer (no
+                # transaction id; msgId is the comma-joined ids, a str16 past 255 chars in msgpack) as a
+                # PackedResponse, PackedJsonResponse or PackedRocketmqResponse (every value is hex, digits or
+                # a comma: nothing to escape).
                 mid = ar.msg_id
                 if st is _JSON:
                     tail = f"{_JSON_ANSWER_HEAD}{mid}{_JSON_QUEUE_ID[queue_id]}{ar.logics_offset}{json_end}"
