@@ -116,10 +116,7 @@ class PackedResponse(_PackedAnswer):
     (RPC_TYPE set), remark and extFields map."""
 
     __slots__ = ()
-    serialize_type = SerializeType.MSGPACK
-
-    def header(self, opaque: int) -> bytes:  # (send_responses does this inline: the pipelined sends' path)
-        return b"".join((self.lead, _msgpack_pack(opaque), self.tail))
+    serialize_type = SerializeType.MSGPACK  # (send_responses splices its opaque inline: the pipelined sends' path)
 
     def command(self) -> RemotingCommand:
         code, language, version, _opaque, flag, remark, ext = msgpack.unpackb(

@@ -165,7 +165,7 @@ class ProduceAccumulator:
         if len(msgs) == 1:
             # A batch of one costs the broker more than a single send: send it as one.
             try:
-                _chain_one(futures[0], p._send_direct(msgs[0], queue, timeout, sync))
+                chain_send(futures[0], p._send_direct(msgs[0], queue, timeout, sync), mark_retrieved=True)
             except Exception as e:  # noqa: BLE001 - this runs from a loop callback: fail the send, never hang it
                 _fail(futures[0], e)
             return
@@ -175,7 +175,7 @@ class ProduceAccumulator:
             log.debug("auto_batch_refused_sending_singly", topic=topic, messages=len(msgs), error=str(e))
             for m, f in zip(msgs, futures, strict=True):
                 try:
-                    _chain_one(f, p._send_direct(m, queue, timeout, sync))
+                    chain_send(f, p._send_direct(m, queue, timeout, sync), mark_retrieved=True)
                 except Exception as e1:  # noqa: BLE001 - this message's own error
                     _fail(f, e1)
             return
@@ -221,9 +221,10 @@ def _splitter(
     return split
 
 
-def _chain_one(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult]) -> None:
-    """Copy a message's own send (`src`) into its caller's future; the caller cancelling it cancels the send,
-    as cancelling the future of a plain send_async does (its retries stop)."""
+def chain_send(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult], *, mark_retrieved: bool = False) -> None:
+    """Copy a send's outcome (`src`) into its caller's future `out` (unless `out` is done meanwhile); the
+    caller cancelling `out` cancels the send, so its retries stop. With `mark_retrieved`, an error copied
+    into `out` counts as retrieved (a caller may drop its future; the failure is logged per attempt)."""
 
     def copy(s: asyncio.Future[SendResult]) -> None:
         if out.done():
@@ -233,7 +234,9 @@ def _chain_one(out: asyncio.Future[SendResult], src: asyncio.Future[SendResult])
         if s.cancelled():
             out.cancel()
         elif (e := s.exception()) is not None:
-            _fail(out, e)
+            out.set_exception(e)
+            if mark_retrieved:
+                out.exception()
         else:
             out.set_result(s.result())
 

@@ -56,7 +56,7 @@ from ..validators import (
     check_group,
     check_message,
 )
-from .accumulator import MAX_BATCH_BYTES, MAX_BATCH_DELAY_MS, ProduceAccumulator
+from .accumulator import MAX_BATCH_BYTES, MAX_BATCH_DELAY_MS, ProduceAccumulator, chain_send
 from .fault import LATENCY_MAX, NOT_AVAILABLE_DURATION, MQFaultStrategy
 from .selector import MessageQueueSelector, SelectorFunction, as_selector
 
@@ -1254,7 +1254,7 @@ class _Backlogged:
         # No route or open connection at this moment: the usual attempt loop, holding this permit.
         out._fast = None
         out.add_done_callback(p._untrack)
-        _chain(out, asyncio.ensure_future(p._send_holding_permit(self.prepared, self.timeout)))
+        chain_send(out, asyncio.ensure_future(p._send_holding_permit(self.prepared, self.timeout)))
         return True
 
 
@@ -1351,7 +1351,7 @@ class _FastSend(ResponseEntry):
                 "send_attempt_failed", topic=mq.topic, broker=broker, attempt=1, error=f"{type(e).__name__}: {e}"
             )
             out.add_done_callback(p._untrack)
-            _chain(out, asyncio.ensure_future(
+            chain_send(out, asyncio.ensure_future(
                 p._send_async_continue(prepared, self.timeout, self.begin, broker, e, None, self.mode)
             ))
             return
@@ -1364,31 +1364,12 @@ class _FastSend(ResponseEntry):
             fs.update_fault_item(broker, _now_ms() - self.begin, False)
         if result.status is not _SEND_OK and p.retry_another_broker_when_not_store_ok:
             out.add_done_callback(p._untrack)
-            _chain(out, asyncio.ensure_future(
+            chain_send(out, asyncio.ensure_future(
                 p._send_async_continue(prepared, self.timeout, self.begin, mq.broker_name, None, result, self.mode)
             ))
             return
         p._inflight.discard(out)
         out.set_result(result)
-
-
-def _chain(out: asyncio.Future[SendResult], task: asyncio.Future[SendResult]) -> None:
-    """Copy task's outcome into out (unless out was cancelled meanwhile); cancelling out cancels task."""
-
-    def copy(t: asyncio.Future[SendResult]) -> None:
-        if out.done():
-            if not t.cancelled():
-                t.exception()  # retrieved: the caller gave up on it
-            return
-        if t.cancelled():
-            out.cancel()
-        elif t.exception() is not None:
-            out.set_exception(t.exception())  # type: ignore[arg-type]
-        else:
-            out.set_result(t.result())
-
-    task.add_done_callback(copy)
-    out.add_done_callback(lambda o: task.cancel() if o.cancelled() and not task.done() else None)
 
 
 def _run_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) -> None:

@@ -198,17 +198,17 @@ async def test_batches_to_a_dead_broker_are_retried_on_the_live_one(own_cluster:
 async def test_a_lone_sends_future_follows_its_send_and_cancelling_it_cancels_the_send() -> None:
     """A batch of one goes out as a single send chained into the caller's future: its outcome is copied, and
     the caller cancelling its future cancels the send (its retries stop), as with a plain send_async."""
-    from client.producer.accumulator import _chain_one
+    from client.producer.accumulator import chain_send
 
     loop = asyncio.get_running_loop()
     out, src = loop.create_future(), loop.create_future()
-    _chain_one(out, src)
+    chain_send(out, src, mark_retrieved=True)
     out.cancel()
     await asyncio.sleep(0)
     assert src.cancelled()
     for outcome in ("result", "error", "cancel"):
         out, src = loop.create_future(), loop.create_future()
-        _chain_one(out, src)
+        chain_send(out, src, mark_retrieved=True)
         if outcome == "result":
             src.set_result("sent")
         elif outcome == "error":
