@@ -588,6 +588,159 @@ def _decode_send(
     return cmd
 
 
+# RocketMQ's own clients' SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE headers (JSON from Java and C++, ROCKETMQ
+# from Java with -Drocketmq.serialize.type=ROCKETMQ) are read the way our producer's MSGPACK ones are:
+# everything but the opaque, g (born timestamp) and i (properties) repeats from one send of a producer's
+# queue to the next, so those three are found in the bytes and the rest is looked up by its text. The first
+# header of each shape is decoded the generic way, and remembered only if the three were found where the
+# generic decoder found them (each key once: the generic decoder keeps a duplicate key's last value), so a
+# remembered shape gives the command the generic decoder gives (ext_fields equal; built on first read).
+# Anything else, or any doubt, takes the generic decoder: the decode of a Java-style send was 3.7 (JSON)
+# and 4.8 us (ROCKETMQ) against MSGPACK's 1.5 (timeit, FrameDecoder.feed of 32 sends).
+_JSON_SEND_310 = b'{"code":310,'
+_JSON_SEND_320 = b'{"code":320,'
+_json_scanstring = json.decoder.scanstring
+# key text -> (SendFixed, code, flag, remark, language, version): a JSON header's shape
+_json_send_shapes: dict[tuple[str, str, str, str], tuple[SendFixed, int, int, str | None, LanguageCode, int]] = {}
+# key bytes -> (SendFixed, code, language, version, flag, remark): a ROCKETMQ header's shape
+_rocketmq_send_shapes: dict[tuple[bytes, bytes, bytes, bytes, bytes], tuple[SendFixed, int, LanguageCode, int, int,
+                                                                            str | None]] = {}
+_RMQ_G_KEY = b"\x00\x01g"
+_RMQ_I_KEY = b"\x00\x01i"
+_RMQ_SEND_310 = b"\x01\x36"  # code 310 as ROCKETMQ's int16
+_RMQ_SEND_320 = b"\x01\x40"
+
+
+def _json_opaque(text: str) -> int | None:
+    """A JSON integer literal's value (-?(0|[1-9][0-9]*)); None for anything else."""
+    digits = text[1:] if text[:1] == "-" else text
+    if not digits or not digits.isascii() or not digits.isdigit() or (digits[0] == "0" and len(digits) > 1):
+        return None
+    return int(text)
+
+
+def _json_send_parts(text: str) -> tuple[tuple[str, str, str, str], str, str, int] | None:
+    """(shape key, g, i, opaque) of a Java-style JSON send header, or None when it is not laid out so."""
+    gk = text.find('"g":"')
+    if gk < 0:
+        return None
+    gs = gk + 5
+    ge = text.find('"', gs)
+    if ge < 0:
+        return None
+    g = text[gs:ge]
+    if not g.isascii() or not g.isdigit():  # (a Java client's currentTimeMillis; anything else: generic)
+        return None
+    ik = text.find('"i":"', ge)
+    if ik < 0:
+        return None
+    try:
+        i, ie = _json_scanstring(text, ik + 5)  # json's own string scanner: escapes, control characters
+    except ValueError:
+        return None
+    ok = text.find('"opaque":', ie)
+    if ok < 0:
+        return None
+    os_ = ok + 9
+    oe = text.find(",", os_)
+    close = text.find("}", os_)
+    if oe < 0 or 0 <= close < oe:
+        oe = close
+        if oe < 0:
+            return None
+    o = text[os_:oe]
+    if o.isdigit() and o.isascii() and (o[0] != "0" or len(o) == 1):  # (the usual: a non-negative int)
+        opaque: int | None = int(o)
+    else:
+        opaque = _json_opaque(o)
+        if opaque is None:
+            return None
+    return (text[:gs], text[ge : ik + 5], text[ie - 1 : os_], text[oe:]), g, i, opaque
+
+
+def _decode_json_send(data: bytes | memoryview) -> RemotingCommand:
+    """decode_json_header for a header that starts as a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE one: its shape
+    looked up, or the generic decode (and the shape learned from it)."""
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        return decode_json_header(data)  # (its error)
+    parts = _json_send_parts(text)
+    if parts is not None:
+        key, g, i, opaque = parts
+        shape = _json_send_shapes.get(key)
+        if shape is not None:
+            fixed, code, flag, remark, language, version = shape
+            # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
+            # frame_size, packed_ext, send_fixed, send_gi (ext_fields built from the last two when read).
+            cmd = RemotingCommand(code, opaque, flag, remark, None, None, language, version, _JSON, 0, None, fixed,
+                                  (g, i))
+            del cmd.ext_fields
+            return cmd
+    cmd = decode_json_header(data)
+    if (
+        parts is not None
+        and cmd.send_fixed is not None
+        and cmd.send_gi == (g, i)
+        and cmd.opaque == opaque
+        and text.count('"g":') == 1
+        and text.count('"i":') == 1
+        and text.count('"opaque":') == 1
+        and cmd.ext_fields == {**cmd.send_fixed.ext, "g": g, "i": i}
+    ):
+        _remember(_json_send_shapes, key,  # type: ignore[arg-type]
+                  (cmd.send_fixed, cmd.code, cmd.flag, cmd.remark, cmd.language, cmd.version), _SEND_FIXED_MAX)
+    return cmd
+
+
+def _decode_rocketmq_send(data: bytes | memoryview) -> RemotingCommand:
+    """decode_rocketmq_header for a SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header: its shape looked up (the
+    entries a..m in a Java HashMap's order, g and i found by their keys), or the generic decode (and the
+    shape learned from it)."""
+    if data.__class__ is not bytes:
+        data = bytes(data)
+    n = len(data)
+    key = None
+    es = 21 + int.from_bytes(data[13:17], "big", signed=True)  # past the remark and the extFields length
+    if 21 <= es <= n:
+        gk = data.find(_RMQ_G_KEY, es)
+        if gk > 0 and gk + 7 <= n and data[es - 4 : es] == (n - es).to_bytes(4, "big"):  # extFields end the header
+            gs = gk + 7
+            ge = gs + int.from_bytes(data[gk + 3 : gs], "big")
+            ik = data.find(_RMQ_I_KEY, ge)
+            if ik > 0 and ik + 7 <= n:
+                is_ = ik + 7
+                ie = is_ + int.from_bytes(data[ik + 3 : is_], "big")
+                if ie <= n:
+                    key = (data[:5], data[9 : es - 4], data[es : gk + 3], data[ge : ik + 3], data[ie:])
+                    shape = _rocketmq_send_shapes.get(key)
+                    if shape is not None:
+                        try:
+                            g = data[gs:ge].decode()
+                            i = data[is_:ie].decode()
+                        except UnicodeDecodeError:
+                            return decode_rocketmq_header(data)  # (its error)
+                        fixed, code, language, version, flag, remark = shape
+                        opaque = int.from_bytes(data[5:9], "big", signed=True)
+                        # Positional as in _decode_json_send.
+                        cmd = RemotingCommand(code, opaque, flag, remark, None, None, language, version, _ROCKETMQ, 0,
+                                              None, fixed, (g, i))
+                        del cmd.ext_fields
+                        return cmd
+    cmd = decode_rocketmq_header(data)
+    if (
+        key is not None
+        and cmd.send_fixed is not None
+        and cmd.send_gi == (data[gs:ge].decode(), data[is_:ie].decode())
+        and data.count(_RMQ_G_KEY) == 1
+        and data.count(_RMQ_I_KEY) == 1
+        and cmd.ext_fields == {**cmd.send_fixed.ext, "g": cmd.send_gi[0], "i": cmd.send_gi[1]}
+    ):
+        _remember(_rocketmq_send_shapes, key,  # type: ignore[arg-type]
+                  (cmd.send_fixed, cmd.code, cmd.language, cmd.version, cmd.flag, cmd.remark), _SEND_FIXED_MAX)
+    return cmd
+
+
 class PullFixed:
     """The extFields entries every PULL_MESSAGE of one consumer queue shares (all but the per-pull
     queueOffset, sysFlag and commitOffset), decoded once per distinct byte string by FrameDecoder and
@@ -831,10 +984,17 @@ class FrameDecoder:
                     out.append(cmd)
                     pos = end
                     continue
-                decoder = _HEADER_DECODERS.get(word >> 24)
-                if decoder is None:
-                    raise ProtocolError(f"unknown serialize type {word >> 24}")
-                cmd = decoder(mv[hstart:hend])
+                st = word >> 24
+                if st == 0 and (src.startswith(_JSON_SEND_310, hstart) or src.startswith(_JSON_SEND_320, hstart)):
+                    cmd = _decode_json_send(mv[hstart:hend])  # a Java or C++ client's send
+                elif st == 1 and hlen > 21 and (src.startswith(_RMQ_SEND_310, hstart)
+                                                or src.startswith(_RMQ_SEND_320, hstart)):
+                    cmd = _decode_rocketmq_send(mv[hstart:hend])
+                else:
+                    decoder = _HEADER_DECODERS.get(st)
+                    if decoder is None:
+                        raise ProtocolError(f"unknown serialize type {st}")
+                    cmd = decoder(mv[hstart:hend])
                 if end > hend:
                     cmd.body = src[hend:end] if whole else bytes(mv[hend:end])
                 cmd.frame_size = length + 4

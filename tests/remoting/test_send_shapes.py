@@ -1,0 +1,228 @@
+"""The frame decoder's shortcut for the SEND headers RocketMQ's own clients write (JSON from Java and C++,
+the binary ROCKETMQ one from Java): the constant text of a producer queue's sends is remembered from a
+first, generic decode, and later sends of that shape give exactly what the generic decoder gives."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remoting import codec
+from remoting.codec import FrameDecoder, SendFixed, decode_json_header, decode_rocketmq_header, encode
+from remoting.codes import LanguageCode, SerializeType
+from remoting.command import RemotingCommand
+from remoting.errors import ProtocolError
+
+# A Java client's SendMessageRequestHeaderV2 entries in its HashMap's order (a..m), l left out when null.
+JAVA = {"a": "PG", "b": "ShapeT", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "", "h": "0", "i": "",
+        "j": "0", "k": "false", "m": "false"}
+
+
+def ext_of(g: str, i: str, *, l_field: str | None = None, **more: str) -> dict[str, str]:
+    ext = {**JAVA, "g": g, "i": i, **more}
+    if l_field is not None:
+        ext = {k: ext[k] for k in "abcdefghijk"} | {"l": l_field, "m": ext["m"]}
+    return ext
+
+
+def json_header(code: int, opaque: int, ext: dict[str, Any]) -> bytes:
+    """fastjson's layout: fields by name, no spaces."""
+    return json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
+                       "serializeTypeCurrentRPC": "JSON", "version": 395}, separators=(",", ":")).encode()
+
+
+def frame_of(header: bytes, serialize_type: int, body: bytes = b"body") -> bytes:
+    return ((4 + len(header) + len(body)).to_bytes(4, "big") + (serialize_type << 24 | len(header)).to_bytes(4, "big")
+            + header + body)
+
+
+def json_frame(code: int, opaque: int, ext: dict[str, Any]) -> bytes:
+    return frame_of(json_header(code, opaque, ext), 0)
+
+
+def rocketmq_frame(code: int, opaque: int, ext: dict[str, Any]) -> bytes:
+    return encode(RemotingCommand(code, opaque, 0, None, ext, b"body", LanguageCode.JAVA, 395, SerializeType.ROCKETMQ))
+
+
+def generic(frame: bytes) -> RemotingCommand:
+    word = int.from_bytes(frame[4:8], "big")
+    hlen = word & 0xFFFFFF
+    decode = decode_json_header if word >> 24 == 0 else decode_rocketmq_header
+    cmd = decode(memoryview(frame)[8 : 8 + hlen])
+    cmd.body = frame[8 + hlen :] or None
+    cmd.frame_size = len(frame)
+    return cmd
+
+
+def same(frame: bytes) -> RemotingCommand | None:
+    """The decoder's command for the frame, checked against the generic decoder's (or both refuse it)."""
+    try:
+        want = generic(frame)
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            FrameDecoder().feed(frame)
+        return None
+    (cmd,) = FrameDecoder().feed(frame)
+    assert cmd == want
+    assert cmd.ext_fields == want.ext_fields
+    assert cmd.send_fixed is want.send_fixed and cmd.send_gi == want.send_gi
+    assert (cmd.language, cmd.version, cmd.serialize_type) == (want.language, want.version, want.serialize_type)
+    return cmd
+
+
+FRAMES = {"json": json_frame, "rocketmq": rocketmq_frame}
+SHAPES = {"json": codec._json_send_shapes, "rocketmq": codec._rocketmq_send_shapes}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shapes() -> None:
+    for shapes in SHAPES.values():
+        shapes.clear()
+
+
+@pytest.mark.parametrize("wire", ["json", "rocketmq"])
+@pytest.mark.parametrize("code", [310, 320])
+@pytest.mark.parametrize("l_field", [None, "16"])
+def test_a_shape_is_learned_once_and_gives_the_generic_command(wire: str, code: int, l_field: str | None) -> None:
+    frame = FRAMES[wire]
+    props = ["", "UNIQ_KEY\x01AB12\x02", 'q"u\\o\tte\x01é✓\U0001f600', "x" * 3000]
+    opaques = [0, 1, 7, 2**31 - 1] + ([-5] if wire == "rocketmq" else [])
+    learned = None
+    for k, (props_k, opaque) in enumerate(zip(props * 2, opaques * 2, strict=False)):
+        cmd = same(frame(code, opaque, ext_of(str(1763800000000 + k), props_k, l_field=l_field)))
+        assert cmd is not None and isinstance(cmd.send_fixed, SendFixed) and cmd.opaque == opaque
+        if learned is None:
+            learned = dict(SHAPES[wire])
+            assert len(learned) == 1  # the first send taught the shape
+        # The others were read by it (the same key, no new one).
+        assert SHAPES[wire].keys() == learned.keys()
+    # Another queue is another shape.
+    same(frame(code, 3, ext_of("1", "p", l_field=l_field, e="2")))
+    assert len(SHAPES[wire]) == 2
+
+
+def test_the_shortcut_decodes_without_the_generic_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A learned shape is read by hand: the generic decoders are not called again."""
+    frames = [json_frame(310, k, ext_of(str(k), f"i{k}")) for k in range(3)] + [
+        rocketmq_frame(310, k, ext_of(str(k), f"i{k}")) for k in range(3)]
+    FrameDecoder().feed(frames[0] + frames[3])  # learn both
+    calls = []
+    monkeypatch.setattr(codec, "decode_json_header", lambda *a: calls.append(a))
+    monkeypatch.setattr(codec, "decode_rocketmq_header", lambda *a: calls.append(a))
+    cmds = FrameDecoder().feed(b"".join(frames[1:3] + frames[4:]))
+    assert calls == [] and [c.send_gi for c in cmds] == [(str(k), f"i{k}") for k in (1, 2, 1, 2)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["json", "rocketmq"]), st.sampled_from([310, 320]), st.text(max_size=40),
+       st.text(max_size=200), st.integers(-(2**31), 2**31 - 1), st.sampled_from(["PG", "é", 'a"b', "a\\u0001"]))
+def test_any_born_timestamp_properties_and_opaque(wire: str, code: int, born: str, props: str, opaque: int,
+                                                  group: str) -> None:
+    """Whatever g, i, opaque and producer group hold (a non-digit g, escapes, a negative JSON opaque): the
+    command is the generic decoder's, first and second time."""
+    for _ in range(2):
+        same(FRAMES[wire](code, opaque, ext_of(born, props, a=group)))
+
+
+JSON_LEARNED = json_header(310, 5, ext_of("1763800000000", "UNIQ_KEY\x01AB"))
+
+
+@pytest.mark.parametrize("edit", [
+    (b'"opaque":5', b'"opaque":05'),  # not JSON
+    (b'"opaque":5', b'"opaque":1_0'),  # int() would take it; JSON does not
+    (b'"opaque":5', b'"opaque":5.0'),
+    (b'"opaque":5', b'"opaque":-0'),
+    (b'"opaque":5', b'"opaque":"5"'),
+    (b'"opaque":5', b'"opaque": 5'),
+    (b'"g":"1763800000000"', b'"g":"17638\\u0030"'),  # an escape in g
+    (b'"g":"1763800000000"', b'"g":"\xef\xbc\x91"'),  # a non-ASCII digit
+    (b"UNIQ_KEY\\u0001AB", b"UNIQ_KEY\\x01AB"),  # a bad escape in i
+    (b"UNIQ_KEY\\u0001AB", b"UNIQ_KEY\x01AB"),  # a raw control character in i
+    (b'"version":395}', b'"version":395}x'),  # extra data
+    (b'"version":395}', b'"version":395} \n'),  # JSON whitespace after it
+    (b'"version":395}', b'"version":395}\x0c'),  # not JSON whitespace
+])
+def test_json_headers_that_differ_from_a_learned_shape_read_as_the_generic_decoder_reads_them(
+        edit: tuple[bytes, bytes]) -> None:
+    same(frame_of(JSON_LEARNED, 0))
+    assert len(codec._json_send_shapes) == 1
+    header = JSON_LEARNED.replace(*edit)
+    assert header != JSON_LEARNED
+    same(frame_of(header, 0))
+
+
+@pytest.mark.parametrize("header", [
+    # a key twice: the generic decoder keeps the last value, so the shape is never remembered
+    JSON_LEARNED.replace(b'"opaque":5,', b'"opaque":5,"opaque":6,'),
+    JSON_LEARNED.replace(b'"h":"0"', b'"g":"2","h":"0"'),
+    JSON_LEARNED.replace(b'"j":"0"', b'"i":"other","j":"0"'),
+    JSON_LEARNED.replace(b'"m":"false"', b'"m":"false","AccessKey":"k"'),  # kept by the generic decoder only
+])
+def test_json_headers_the_shortcut_cannot_stand_for_are_not_remembered(header: bytes) -> None:
+    for _ in range(2):
+        same(frame_of(header, 0))
+    assert codec._json_send_shapes == {}
+
+
+@pytest.mark.parametrize("old, first, then", [
+    (b'"opaque":5,', b'"opaque":5,"opaque":5,', b'"opaque":7,"opaque":5,'),
+    (b'"g":"1763800000000",', b'"g":"1763800000000","g":"1763800000000",', b'"g":"1763800000009","g":"1763800000000",'),
+    (b'"i":"UNIQ_KEY\\u0001AB",', b'"i":"UNIQ_KEY\\u0001AB","i":"UNIQ_KEY\\u0001AB",',
+     b'"i":"other","i":"UNIQ_KEY\\u0001AB",'),
+])
+def test_a_key_twice_with_equal_values_is_not_remembered_either(old: bytes, first: bytes, then: bytes) -> None:
+    """The generic decoder keeps a duplicate key's last value: a shape learned from equal duplicates would
+    give the first value for a later header whose duplicates differ."""
+    assert JSON_LEARNED.count(old) == 1
+    learned = JSON_LEARNED.replace(old, first)
+    later = JSON_LEARNED.replace(old, then)
+    assert json.loads(learned) and json.loads(later)  # both valid JSON
+    same(frame_of(learned, 0))
+    cmd = same(frame_of(later, 0))
+    assert cmd is not None
+
+
+def rocketmq_header(frame: bytes) -> bytes:
+    return frame[8 : 8 + (int.from_bytes(frame[4:8], "big") & 0xFFFFFF)]
+
+
+def test_rocketmq_headers_that_differ_from_a_learned_shape_read_as_the_generic_decoder_reads_them() -> None:
+    base = rocketmq_header(rocketmq_frame(310, 5, ext_of("1763800000000", "UNIQ_KEY\x01AB")))
+    same(frame_of(base, 1))
+    assert len(codec._rocketmq_send_shapes) == 1
+    ext_at = 21  # no remark: code, language, version, opaque, flag, remark length, extFields length
+    variants = [
+        base + b"\x00",  # a byte past the extFields (their length no longer ends the header)
+        base[:ext_at - 4] + (len(base) - ext_at + 9).to_bytes(4, "big") + base[ext_at:],  # extFields too long
+        base[:13] + (2**31 - 1).to_bytes(4, "big") + base[17:],  # remark length out of range
+        base[:13] + (-1).to_bytes(4, "big", signed=True) + base[17:],
+        base.replace(b"\x00\x00\x00\x0bUNIQ_KEY\x01AB", b"\x00\x00\x00\x0bUNIQ_KEY\xff\xfeA"),  # i not UTF-8
+        base.replace(b"1763800000000", b"17638000000\xc3\xa9"),  # g of the same length, non-ASCII
+        base[:-3],  # truncated
+    ]
+    for header in variants:
+        assert header != base
+        same(frame_of(header, 1))
+
+
+@pytest.mark.parametrize("key", ["g", "i"])
+def test_rocketmq_headers_with_a_key_twice_are_not_remembered(key: str) -> None:
+    ext = ext_of("1", "1")
+    once = rocketmq_header(rocketmq_frame(310, 5, ext))
+
+    def with_second(first_value: bytes, second_value: bytes) -> bytes:
+        """The header with `key`'s value set to first_value and another `key` entry after the others."""
+        entry = b"\x00\x01" + key.encode() + (1).to_bytes(4, "big")
+        h = once.replace(entry + b"1", entry + first_value, 1)
+        extra = entry + second_value
+        return h[:17] + (len(h) - 21 + len(extra)).to_bytes(4, "big") + h[21:] + extra
+
+    want = ("2", "1") if key == "g" else ("1", "2")
+    for header in (with_second(b"1", b"2"), with_second(b"1", b"2"), with_second(b"2", b"2"), with_second(b"3", b"2")):
+        cmd = same(frame_of(header, 1))  # equal duplicates (the third) must not teach a shape the fourth would use
+        assert cmd is not None and cmd.send_gi == want
+    assert codec._rocketmq_send_shapes == {}
