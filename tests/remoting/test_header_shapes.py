@@ -1,6 +1,7 @@
-"""The frame decoder's shortcut for the SEND headers RocketMQ's own clients write (JSON from Java and C++,
-the binary ROCKETMQ one from Java): the constant text of a producer queue's sends is remembered from a
-first, generic decode, and later sends of that shape give exactly what the generic decoder gives."""
+"""The frame decoder's shortcut for the SEND and PULL headers RocketMQ's own clients write (JSON from Java
+and C++, the binary ROCKETMQ one from Java): the constant text of a producer queue's sends (a consumer
+queue's pulls) is remembered from a first, generic decode, and later headers of that shape give exactly
+what the generic decoder gives."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remoting import codec
-from remoting.codec import FrameDecoder, SendFixed, decode_json_header, decode_rocketmq_header, encode
+from remoting.codec import (
+    FrameDecoder,
+    PullFixed,
+    SendFixed,
+    decode_json_header,
+    decode_rocketmq_header,
+    encode,
+)
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import ProtocolError
@@ -44,8 +52,8 @@ def json_frame(code: int, opaque: int, ext: dict[str, Any]) -> bytes:
     return frame_of(json_header(code, opaque, ext), 0)
 
 
-def rocketmq_frame(code: int, opaque: int, ext: dict[str, Any]) -> bytes:
-    return encode(RemotingCommand(code, opaque, 0, None, ext, b"body", LanguageCode.JAVA, 395, SerializeType.ROCKETMQ))
+def rocketmq_frame(code: int, opaque: int, ext: dict[str, Any], body: bytes | None = b"body") -> bytes:
+    return encode(RemotingCommand(code, opaque, 0, None, ext, body, LanguageCode.JAVA, 395, SerializeType.ROCKETMQ))
 
 
 def generic(frame: bytes) -> RemotingCommand:
@@ -75,7 +83,7 @@ def same(frame: bytes) -> RemotingCommand | None:
 
 
 FRAMES = {"json": json_frame, "rocketmq": rocketmq_frame}
-SHAPES = {"json": codec._json_send_shapes, "rocketmq": codec._rocketmq_send_shapes}
+SHAPES = {"json": codec._json_shapes, "rocketmq": codec._rocketmq_shapes}
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +157,7 @@ JSON_LEARNED = json_header(310, 5, ext_of("1763800000000", "UNIQ_KEY\x01AB"))
 def test_json_headers_that_differ_from_a_learned_shape_read_as_the_generic_decoder_reads_them(
         edit: tuple[bytes, bytes]) -> None:
     same(frame_of(JSON_LEARNED, 0))
-    assert len(codec._json_send_shapes) == 1
+    assert len(codec._json_shapes) == 1
     header = JSON_LEARNED.replace(*edit)
     assert header != JSON_LEARNED
     same(frame_of(header, 0))
@@ -165,7 +173,7 @@ def test_json_headers_that_differ_from_a_learned_shape_read_as_the_generic_decod
 def test_json_headers_the_shortcut_cannot_stand_for_are_not_remembered(header: bytes) -> None:
     for _ in range(2):
         same(frame_of(header, 0))
-    assert codec._json_send_shapes == {}
+    assert codec._json_shapes == {}
 
 
 @pytest.mark.parametrize("old, first, then", [
@@ -193,7 +201,7 @@ def rocketmq_header(frame: bytes) -> bytes:
 def test_rocketmq_headers_that_differ_from_a_learned_shape_read_as_the_generic_decoder_reads_them() -> None:
     base = rocketmq_header(rocketmq_frame(310, 5, ext_of("1763800000000", "UNIQ_KEY\x01AB")))
     same(frame_of(base, 1))
-    assert len(codec._rocketmq_send_shapes) == 1
+    assert len(codec._rocketmq_shapes) == 1
     ext_at = 21  # no remark: code, language, version, opaque, flag, remark length, extFields length
     variants = [
         base + b"\x00",  # a byte past the extFields (their length no longer ends the header)
@@ -225,4 +233,51 @@ def test_rocketmq_headers_with_a_key_twice_are_not_remembered(key: str) -> None:
     for header in (with_second(b"1", b"2"), with_second(b"1", b"2"), with_second(b"2", b"2"), with_second(b"3", b"2")):
         cmd = same(frame_of(header, 1))  # equal duplicates (the third) must not teach a shape the fourth would use
         assert cmd is not None and cmd.send_gi == want
-    assert codec._rocketmq_send_shapes == {}
+    assert codec._rocketmq_shapes == {}
+
+
+# A Java client's PullMessageRequestHeader: fastjson writes the fields by name, a HashMap in its own order.
+PULL = {"consumerGroup": "CG", "topic": "ShapeT", "queueId": "3", "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "3", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subscription": "*", "subVersion": "1",
+        "expressionType": "TAG"}
+HASHMAP_ORDER = ["queueOffset", "topic", "sysFlag", "subVersion", "queueId", "commitOffset", "consumerGroup",
+                 "maxMsgNums", "subscription", "suspendTimeoutMillis", "expressionType"]
+
+
+def pull_frame(wire: str, opaque: int, **values: str) -> bytes:
+    ext = {**PULL, **values}
+    if wire == "json":
+        return frame_of(json_header(11, opaque, dict(sorted(ext.items()))), 0, b"")
+    return rocketmq_frame(11, opaque, {k: ext[k] for k in HASHMAP_ORDER + [k for k in ext if k not in HASHMAP_ORDER]},
+                          None)
+
+
+@pytest.mark.parametrize("wire", ["json", "rocketmq"])
+def test_a_pull_shape_is_learned_once_and_gives_the_generic_command(wire: str) -> None:
+    for k, (offset, commit, flag) in enumerate([("0", "0", "3"), ("7", "6", "3"), ("123456789", "0", "2"),
+                                                  ("5", "4", "7"), ("9", "8", "3")]):
+        cmd = same(pull_frame(wire, 100 + k, queueOffset=offset, commitOffset=commit, sysFlag=flag))
+        assert cmd is not None and isinstance(cmd.send_fixed, PullFixed)
+        assert (cmd.ext_fields["queueOffset"], cmd.ext_fields["commitOffset"], cmd.ext_fields["sysFlag"]) == (
+            offset, commit, flag)
+        assert len(SHAPES[wire]) == 1
+    same(pull_frame(wire, 9, queueId="4"))  # another queue, another shape
+    assert len(SHAPES[wire]) == 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["json", "rocketmq"]), st.text(max_size=12), st.text(max_size=12), st.text(max_size=4),
+       st.integers(-(2**31), 2**31 - 1), st.sampled_from(["CG", "é", 'a"b', "sys\\flag"]))
+def test_any_pull_offsets_and_flags(wire: str, offset: str, commit: str, flag: str, opaque: int, group: str) -> None:
+    for _ in range(2):
+        same(pull_frame(wire, opaque, queueOffset=offset, commitOffset=commit, sysFlag=flag, consumerGroup=group))
+
+
+@pytest.mark.parametrize("wire", ["json", "rocketmq"])
+def test_pulls_with_other_entries_are_not_remembered(wire: str) -> None:
+    """An entry the PullFixed does not keep (a newer client's, or the C++ core's AccessKey) stays with the
+    generic decoder, which keeps it in ext_fields."""
+    for k in range(2):
+        cmd = same(pull_frame(wire, k, AccessKey="ak", queueOffset=str(k)))
+        assert cmd is not None and cmd.ext_fields["AccessKey"] == "ak"
+    assert SHAPES[wire] == {}
