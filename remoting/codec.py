@@ -629,7 +629,9 @@ def _json_opaque(text: str) -> int | None:
 
 def _json_shape(text: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list[str], int] | None:
     """A JSON header's shape (the text but the string values of `keys`, found in this order, and the opaque's
-    value), those values and the opaque; None when it is not laid out so."""
+    value), those values and the opaque; None when it is not laid out so. The opaque may come after the
+    extFields (Java's fastjson and C++'s jsoncpp sort the fields by name) or before them (Go's encoding/json
+    keeps its struct's order)."""
     shape: list[str] = []
     values: list[str] = []
     p = 0
@@ -645,7 +647,7 @@ def _json_shape(text: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list
         shape.append(text[p:vs])
         values.append(value)
         p = ve - 1  # (the closing quote starts the next piece)
-    k = text.find('"opaque":', p)
+    k = text.find('"opaque":')
     if k < 0:
         return None
     os_ = k + 9
@@ -662,8 +664,16 @@ def _json_shape(text: str, keys: tuple[str, ...]) -> tuple[tuple[str, ...], list
         opaque = _json_opaque(o)
         if opaque is None:
             return None
-    shape.append(text[p:os_])
-    shape.append(text[oe:])
+    if os_ > p:  # after the values
+        shape.append(text[p:os_])
+        shape.append(text[oe:])
+    elif oe < len(shape[0]):  # before them: the first piece split around it
+        first = shape[0]
+        shape[0] = first[oe:]
+        shape.insert(0, first[:os_])
+        shape.append(text[p:])
+    else:
+        return None  # (between them: no client writes that)
     return tuple(shape), values, opaque  # type: ignore[return-value]
 
 

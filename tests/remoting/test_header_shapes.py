@@ -281,3 +281,46 @@ def test_pulls_with_other_entries_are_not_remembered(wire: str) -> None:
         cmd = same(pull_frame(wire, k, AccessKey="ak", queueOffset=str(k)))
         assert cmd is not None and cmd.ext_fields["AccessKey"] == "ak"
     assert SHAPES[wire] == {}
+
+
+@pytest.mark.parametrize("layout", ["opaque last", "extFields last", "remark", "spaced"])
+def test_other_json_layouts_are_read_as_the_generic_decoder_reads_them(layout: str) -> None:
+    """Another client's field order (the opaque or extFields last, a remark) is learned as its own shape; a
+    header with spaces after its colons is not found by the shortcut and stays generic."""
+    def header(opaque: int, g: str) -> bytes:
+        ext = ext_of(g, "UNIQ_KEY\x01" + g)
+        fields: dict[str, Any] = {"code": 310, "extFields": ext, "flag": 0, "language": "GO", "opaque": opaque,
+                                  "version": 317}
+        if layout == "opaque last":
+            fields = {k: v for k, v in fields.items() if k != "opaque"} | {"opaque": opaque}
+        elif layout == "extFields last":
+            fields = {k: v for k, v in fields.items() if k != "extFields"} | {"extFields": ext}
+        elif layout == "remark":
+            fields["remark"] = "a \"quoted\" remark"
+        separators = (", ", ": ") if layout == "spaced" else (",", ":")
+        return json.dumps(fields, separators=separators).encode()
+
+    for k in range(3):
+        cmd = same(frame_of(header(40 + k, str(1763800000000 + k)), 0))
+        assert cmd is not None and cmd.opaque == 40 + k
+    assert len(codec._json_shapes) == (0 if layout == "spaced" else 1)
+
+
+@pytest.mark.parametrize("go_order", [False, True])
+@pytest.mark.parametrize("edit", [(b'"flag":0', b'"flag":1'), (b'"version":395', b'"version":396'),
+                                  (b'"language":"JAVA"', b'"language":"GO"'), (b'"code":310', b'"code":320')])
+def test_every_constant_field_around_the_opaque_is_in_the_shape(go_order: bool, edit: tuple[bytes, bytes]) -> None:
+    """A header that differs from a learned one in any field but the variable ones is not read by that shape
+    (fastjson's order, and Go's, whose opaque comes before the extFields)."""
+    def header(opaque: int, g: str) -> bytes:
+        fields: dict[str, Any] = {"code": 310, "extFields": ext_of(g, "p" + g), "flag": 0, "language": "JAVA",
+                                  "opaque": opaque, "serializeTypeCurrentRPC": "JSON", "version": 395}
+        if go_order:
+            fields = {k: fields[k] for k in ("code", "language", "version", "opaque", "flag", "extFields")}
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    same(frame_of(header(1, "1763800000001"), 0))
+    assert len(codec._json_shapes) == 1
+    edited = header(2, "1763800000002").replace(*edit)
+    cmd = same(frame_of(edited, 0))
+    assert cmd is not None and cmd.opaque == 2
