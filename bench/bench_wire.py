@@ -1,6 +1,6 @@
 """What the broker spends on each wire format, in-process: our clients' MSGPACK headers against the JSON
-headers RocketMQ's own clients (Java, C++) send by default, and the binary ROCKETMQ ones a Java client
-sends with `-Drocketmq.serialize.type=ROCKETMQ`, in alternating rounds.
+headers RocketMQ's own clients send by default (Java's, and the C++ core's, which are signed), and the
+binary ROCKETMQ ones a Java client sends with `-Drocketmq.serialize.type=ROCKETMQ`, in alternating rounds.
 
     .venv/bin/python bench/bench_wire.py                     # 6 rounds of each workload and wire
     .venv/bin/python bench/bench_wire.py --root /tmp/other   # another checkout, same harness
@@ -13,8 +13,10 @@ the event loop thread's CPU clock, as bench_inproc.py:
   (a lite pull consumer catching up); per pull.
 The MSGPACK requests are what client/ writes (bench_callgrind.py's, and pull_api's header order); the
 JSON ones what a Java 4.x client writes (fastjson: the fields by name, extFields a map of strs; a SEND's
-short names a..m); the ROCKETMQ ones the same extFields in RocketMQSerializable's layout. The figures are medians of the rounds' loop-thread CPU; the machine's noise moves
-them by a few per cent between runs, so compare the two wires of one run, or two trees in one sitting.
+short names a..m); the ROCKETMQ ones the same extFields in RocketMQSerializable's layout; the C++ core's
+(`cpp`) numbers as numbers and an ACL Signature that differs per request. The figures are medians of the
+rounds' loop-thread CPU; the machine's noise moves them by a few per cent between runs, so compare the
+wires of one run, or two trees in one sitting.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TOPIC = "CallgrindT"  # bench_callgrind.build_requests sends to it
 GROUP = "WireGroup"
-WIRES = ("msgpack", "json", "rocketmq")
+WIRES = ("msgpack", "json", "rocketmq", "cpp")
 
 
 def java_frame(code: int, opaque: int, ext: dict[str, str], body: bytes | None, wire: str = "json") -> bytes:
@@ -52,6 +54,20 @@ def java_frame(code: int, opaque: int, ext: dict[str, str], body: bytes | None, 
     return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
 
 
+def cpp_frame(code: int, opaque: int, ext: dict[str, Any], body: bytes | None) -> bytes:
+    """A request as the RocketMQ C++ client core frames it (2.1.0, ../shared/reference/real-client-wire.md): a
+    JSON header with its fields by name, a trailing newline, numbers as numbers, and the ACL entries it
+    always adds, whose Signature differs from one request to the next."""
+    ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": f"N/YT7X6tJe5UfutmW+uN{opaque:08X}=", **ext}
+    header = (json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "CPP", "opaque": opaque,
+                          "remark": "", "version": 333}, separators=(",", ":")) + "\n").encode()
+    body = body or b""
+    return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+
+
+_CPP_NUMBERS = {"d", "e", "f", "h", "l"}  # the C++ core writes these SEND_MESSAGE_V2 fields as numbers
+
+
 def send_reads(wire: str, n: int, start: int, group: int) -> list[bytes]:
     import bench_callgrind as harness
 
@@ -61,7 +77,11 @@ def send_reads(wire: str, n: int, start: int, group: int) -> list[bytes]:
     frames = []
     for k, r in enumerate(requests):
         ext = {key: str(r.ext_fields[key]) for key in sorted(r.ext_fields)}  # a..m: a Java HashMap's order
-        frames.append(java_frame(r.code, start + k, ext, r.body, wire))
+        if wire == "cpp":
+            ext = {key: int(v) if key in _CPP_NUMBERS else v for key, v in ext.items()} | {"l": 16}
+            frames.append(cpp_frame(r.code, start + k, dict(sorted(ext.items())), r.body))
+        else:
+            frames.append(java_frame(r.code, start + k, ext, r.body, wire))
     return [b"".join(frames[i:i + group]) for i in range(0, len(frames), group)]
 
 
@@ -87,7 +107,11 @@ def pull_reads(wire: str, offsets: list[int], opaque: int) -> list[bytes]:
         ext = {"commitOffset": str(max(0, offset - 1)), "consumerGroup": GROUP, "expressionType": "TAG",
                "maxMsgNums": "32", "queueId": str(q), "queueOffset": str(offset), "subVersion": "1763800000000",
                "subscription": "*", "suspendTimeoutMillis": "20000", "sysFlag": "7", "topic": TOPIC}
-        reads.append(java_frame(11, opaque + q, ext, None, wire))
+        if wire == "cpp":  # numbers as numbers; suspend and subscription flags, the offset committed apart
+            ext = {k: int(v) if v.isdigit() else v for k, v in ext.items()} | {"sysFlag": 6}
+            reads.append(cpp_frame(11, opaque + q, ext, None))
+        else:
+            reads.append(java_frame(11, opaque + q, ext, None, wire))
     return reads
 
 
@@ -194,14 +218,16 @@ def main() -> int:
     med = {w: {k: statistics.median(v) for k, v in by.items()} for w, by in us.items()}
     out: dict[str, Any] = {"root": str(a.root), "rounds": us, "median_us": med,
                            "json_over_msgpack": {w: round(m["json"] / m["msgpack"], 3) for w, m in med.items()},
-                           "rocketmq_over_msgpack": {w: round(m["rocketmq"] / m["msgpack"], 3) for w, m in med.items()}}
+                           "rocketmq_over_msgpack": {w: round(m["rocketmq"] / m["msgpack"], 3) for w, m in med.items()},
+                           "cpp_over_msgpack": {w: round(m["cpp"] / m["msgpack"], 3) for w, m in med.items()}}
     if a.json:
         print(json.dumps(out))
         return 0
     for w, m in med.items():
         what = "a single send" if w == "send" else "a pull of 32"
         print(f"{what:>14}: MSGPACK {m['msgpack']:.2f} us, JSON {m['json']:.2f} us (x{out['json_over_msgpack'][w]:.2f}), "
-              f"ROCKETMQ {m['rocketmq']:.2f} us (x{out['rocketmq_over_msgpack'][w]:.2f}) of loop-thread CPU; "
+              f"ROCKETMQ {m['rocketmq']:.2f} us (x{out['rocketmq_over_msgpack'][w]:.2f}), "
+              f"C++ core {m['cpp']:.2f} us (x{out['cpp_over_msgpack'][w]:.2f}) of loop-thread CPU; "
               f"rounds {us[w]}")
     return 0
 

@@ -324,3 +324,14 @@ def test_every_constant_field_around_the_opaque_is_in_the_shape(go_order: bool, 
     edited = header(2, "1763800000002").replace(*edit)
     cmd = same(frame_of(edited, 0))
     assert cmd is not None and cmd.opaque == 2
+
+
+@pytest.mark.parametrize("wire", ["json", "rocketmq"])
+def test_frames_split_across_reads_are_read_by_their_shape_too(wire: str) -> None:
+    """A frame completed from the decoder's buffer (a bytearray) is matched as one read whole."""
+    frames = [FRAMES[wire](310, k, ext_of(str(k), f"p{k}")) for k in range(3)] + [pull_frame(wire, 9)]
+    want = [generic(f) for f in frames]
+    decoder = FrameDecoder()
+    got = [cmd for f in frames for k in range(0, len(f), 7) for cmd in decoder.feed(f[k : k + 7])]
+    assert got == want and [c.send_gi for c in got[:3]] == [(str(k), f"p{k}") for k in range(3)]
+    assert len(SHAPES[wire]) == 2  # the send's and the pull's
