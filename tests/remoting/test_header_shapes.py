@@ -335,3 +335,19 @@ def test_frames_split_across_reads_are_read_by_their_shape_too(wire: str) -> Non
     got = [cmd for f in frames for k in range(0, len(f), 7) for cmd in decoder.feed(f[k : k + 7])]
     assert got == want and [c.send_gi for c in got[:3]] == [(str(k), f"p{k}") for k in range(3)]
     assert len(SHAPES[wire]) == 2  # the send's and the pull's
+
+
+@pytest.mark.parametrize("wire", ["json", "rocketmq"])
+def test_a_signed_header_goes_to_the_generic_decoder_at_once(wire: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Signature differs per request (the C++ core signs every one): no shape is looked for, none learned,
+    and the command is the generic decoder's."""
+    looked: list[Any] = []
+    monkeypatch.setattr(codec, "_json_shape", lambda *a: looked.append(a))
+    monkeypatch.setattr(codec, "_rocketmq_shape", lambda *a: looked.append(a))
+    signed = {"AccessKey": "", "OnsChannel": "ALIYUN"}
+    frames = [FRAMES[wire](310, k, {**signed, "Signature": f"sig{k}=", **ext_of(str(k), "p")}) for k in range(2)]
+    frames += [pull_frame(wire, 5, **signed, Signature="sig=")]
+    for f in frames:
+        cmd = same(f)
+        assert cmd is not None and cmd.ext_fields["OnsChannel"] == "ALIYUN"
+    assert looked == [] and SHAPES[wire] == {}
