@@ -611,11 +611,13 @@ _JSON_PULL_KEYS = tuple(f'"{n}":"' for n in _PULL_VARIABLE)
 _RMQ_SEND_KEYS = tuple(_I16.pack(len(n)) + n.encode() for n in _SEND_VARIABLE)
 _RMQ_PULL_KEYS = tuple(_I16.pack(len(n)) + n.encode() for n in _PULL_VARIABLE)
 # A header's first bytes (JSON: the code as fastjson and jsoncpp write it first; ROCKETMQ: the int16 code) ->
-# the variable keys and names of its kind.
-_JSON_SHAPED = {b'{"code":310,': (_JSON_SEND_KEYS, _SEND_VARIABLE), b'{"code":320,': (_JSON_SEND_KEYS, _SEND_VARIABLE),
-                b'{"code":11,"': (_JSON_PULL_KEYS, _PULL_VARIABLE)}
-_RMQ_SHAPED = {_I16.pack(310): (_RMQ_SEND_KEYS, _SEND_VARIABLE), _I16.pack(320): (_RMQ_SEND_KEYS, _SEND_VARIABLE),
-               _I16.pack(11): (_RMQ_PULL_KEYS, _PULL_VARIABLE)}
+# the variable keys, their names, and what must occur once for a shape to be learned (the keys and the opaque's).
+_JSON_SEND = (_JSON_SEND_KEYS, _SEND_VARIABLE, ('"opaque":', *(k[:-1] for k in _JSON_SEND_KEYS)))
+_JSON_PULL = (_JSON_PULL_KEYS, _PULL_VARIABLE, ('"opaque":', *(k[:-1] for k in _JSON_PULL_KEYS)))
+_JSON_SHAPED = {b'{"code":310,': _JSON_SEND, b'{"code":320,': _JSON_SEND, b'{"code":11,"': _JSON_PULL}
+_RMQ_SEND = (_RMQ_SEND_KEYS, _SEND_VARIABLE, _RMQ_SEND_KEYS)
+_RMQ_PULL = (_RMQ_PULL_KEYS, _PULL_VARIABLE, _RMQ_PULL_KEYS)
+_RMQ_SHAPED = {_I16.pack(310): _RMQ_SEND, _I16.pack(320): _RMQ_SEND, _I16.pack(11): _RMQ_PULL}
 # shape -> (SendFixed or PullFixed, code, flag, remark, language, version)
 _Shape = tuple[Any, int, int, "str | None", LanguageCode, int]
 _json_shapes: dict[tuple[str, ...], _Shape] = {}
@@ -743,42 +745,42 @@ def _shape_of(cmd: RemotingCommand, names: tuple[str, ...], values: list[str], o
     return fixed, cmd.code, cmd.flag, cmd.remark, cmd.language, cmd.version
 
 
-def _decode_json_shaped(data: bytes | memoryview, keys: tuple[str, ...], names: tuple[str, ...]) -> RemotingCommand:
+def _decode_json_shaped(data: bytes | memoryview, keys: tuple[str, ...], names: tuple[str, ...],
+                        once: tuple[str, ...]) -> RemotingCommand:
     """decode_json_header for a SEND / PULL header: its shape looked up, or the generic decode (and the shape
     learned from it)."""
     try:
         text = str(data, "utf-8")
     except UnicodeDecodeError:
         return decode_json_header(data)  # (its error)
-    found = _json_shape(text, keys)
-    if found is None:
-        return decode_json_header(data)
-    shape = _json_shapes.get(found[0])
-    if shape is not None:
-        return _shaped_command(shape, found[1], found[2], _JSON)
-    cmd = decode_json_header(data)
-    shape = _shape_of(cmd, names, found[1], found[2])
-    if shape is not None and text.count('"opaque":') == 1 and all(text.count(k[:-1]) == 1 for k in keys):
-        _remember(_json_shapes, found[0], shape, _SHAPES_MAX)
-    return cmd
+    return _decode_shaped(data, text, keys, names, once, _json_shape, _json_shapes, decode_json_header, _JSON)
 
 
-def _decode_rocketmq_shaped(data: bytes | memoryview, keys: tuple[bytes, ...], names: tuple[str, ...]
-                            ) -> RemotingCommand:
-    """decode_rocketmq_header for a SEND / PULL header: its shape looked up, or the generic decode (and the
-    shape learned from it)."""
+def _decode_rocketmq_shaped(data: bytes | memoryview, keys: tuple[bytes, ...], names: tuple[str, ...],
+                            once: tuple[bytes, ...]) -> RemotingCommand:
+    """decode_rocketmq_header for a SEND / PULL header: as _decode_json_shaped."""
     if data.__class__ is not bytes:
         data = bytes(data)
-    found = _rocketmq_shape(data, keys)  # type: ignore[arg-type]
+    return _decode_shaped(data, data, keys, names, once, _rocketmq_shape, _rocketmq_shapes, decode_rocketmq_header,
+                          _ROCKETMQ)
+
+
+def _decode_shaped(data: Any, text: Any, keys: Any, names: tuple[str, ...], once: Any, find: Any,
+                   shapes: dict[Any, _Shape], generic: Callable[[Any], RemotingCommand], st: SerializeType
+                   ) -> RemotingCommand:
+    """The header `text` (JSON's str, ROCKETMQ's bytes) by its shape (`find`), or by `generic` (and its shape
+    remembered in `shapes` when a command made from it would equal the generic one and each of `once`, the
+    variable keys and the opaque's, occurs once in it)."""
+    found = find(text, keys)
     if found is None:
-        return decode_rocketmq_header(data)
-    shape = _rocketmq_shapes.get(found[0])
+        return generic(data)
+    shape = shapes.get(found[0])
     if shape is not None:
-        return _shaped_command(shape, found[1], found[2], _ROCKETMQ)
-    cmd = decode_rocketmq_header(data)
+        return _shaped_command(shape, found[1], found[2], st)
+    cmd = generic(data)
     shape = _shape_of(cmd, names, found[1], found[2])
-    if shape is not None and all(data.count(k) == 1 for k in keys):  # type: ignore[arg-type]
-        _remember(_rocketmq_shapes, found[0], shape, _SHAPES_MAX)
+    if shape is not None and all(text.count(k) == 1 for k in once):
+        _remember(shapes, found[0], shape, _SHAPES_MAX)
     return cmd
 
 
