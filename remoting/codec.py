@@ -614,12 +614,21 @@ _RMQ_PULL_KEYS = tuple(_I16.pack(len(n)) + n.encode() for n in _PULL_VARIABLE)
 # the variable keys, their names, and what must occur once for a shape to be learned (the keys and the opaque's).
 _JSON_SEND = (_JSON_SEND_KEYS, _SEND_VARIABLE, ('"opaque":', *(k[:-1] for k in _JSON_SEND_KEYS)))
 _JSON_PULL = (_JSON_PULL_KEYS, _PULL_VARIABLE, ('"opaque":', *(k[:-1] for k in _JSON_PULL_KEYS)))
-_JSON_SHAPED = {b'{"code":310,': _JSON_SEND, b'{"code":320,': _JSON_SEND, b'{"code":11,"': _JSON_PULL}
+# A signed send (the C++ core's): its Signature is one more variable entry (jsoncpp sorts it before a..m).
+_JSON_SIGNED_SEND_KEYS = ('"Signature":"', *_JSON_SEND_KEYS)
+_JSON_SIGNED_SEND = (_JSON_SIGNED_SEND_KEYS, ("Signature", *_SEND_VARIABLE),
+                     ('"opaque":', *(k[:-1] for k in _JSON_SIGNED_SEND_KEYS)))
+# (unsigned, signed): a signed pull (the C++ core's numbers for its offsets) stays with the generic decoder
+_JSON_SHAPED = {b'{"code":310,': (_JSON_SEND, _JSON_SIGNED_SEND), b'{"code":320,': (_JSON_SEND, _JSON_SIGNED_SEND),
+                b'{"code":11,"': (_JSON_PULL, None)}
 _RMQ_SEND = (_RMQ_SEND_KEYS, _SEND_VARIABLE, _RMQ_SEND_KEYS)
 _RMQ_PULL = (_RMQ_PULL_KEYS, _PULL_VARIABLE, _RMQ_PULL_KEYS)
 _RMQ_SHAPED = {_I16.pack(310): _RMQ_SEND, _I16.pack(320): _RMQ_SEND, _I16.pack(11): _RMQ_PULL}
-# shape -> (SendFixed or PullFixed, code, flag, remark, language, version)
-_Shape = tuple[Any, int, int, "str | None", LanguageCode, int]
+# shape -> (SendFixed or PullFixed, code, flag, remark, language, version, the whole extFields with None for
+# the variable entries, for a command's own copy; None for a plain send, whose ext_fields are built from its
+# SendFixed when first read). Entries the send / pull header does not read (the C++ core's AccessKey and
+# OnsChannel) are constant in the shape's text, so they are in its template.
+_Shape = tuple[Any, int, int, "str | None", LanguageCode, int, "dict[str, Any] | None"]
 _json_shapes: dict[tuple[str, ...], _Shape] = {}
 _rocketmq_shapes: dict[tuple[bytes, ...], _Shape] = {}
 _SHAPES_MAX = 16384  # cleared when full, as the SendFixed caches
@@ -715,17 +724,24 @@ def _rocketmq_shape(data: bytes, keys: tuple[bytes, ...]) -> tuple[tuple[bytes, 
     return tuple(shape), values, _I32.unpack_from(data, 5)[0]
 
 
-def _shaped_command(shape: _Shape, values: list[str], opaque: int, st: SerializeType) -> RemotingCommand:
+def _shaped_command(shape: _Shape, names: tuple[str, ...], values: list[str], opaque: int, st: SerializeType
+                    ) -> RemotingCommand:
     """The command of a header of a remembered shape, with these variable values."""
-    fixed, code, flag, remark, language, version = shape
-    if fixed.__class__ is SendFixed:
+    fixed, code, flag, remark, language, version, template = shape
+    if template is None:  # a send of g and i only
         # Positional: code, opaque, flag, remark, ext_fields, body, language, version, serialize_type,
         # frame_size, packed_ext, send_fixed, send_gi (ext_fields built from the last two when read).
         cmd = RemotingCommand(code, opaque, flag, remark, None, None, language, version, st, 0, None, fixed,
                               (values[0], values[1]))
         del cmd.ext_fields
         return cmd
-    ext = fixed.template.copy()
+    ext = template.copy()
+    if fixed.__class__ is SendFixed:
+        for name, value in zip(names, values, strict=True):
+            ext[name] = value
+        # (g and i are the last variable entries: a signed header's Signature comes first)
+        return RemotingCommand(code, opaque, flag, remark, ext, None, language, version, st, 0, None, fixed,
+                               (values[-2], values[-1]))
     ext["commitOffset"], ext["queueOffset"], ext["sysFlag"] = values
     return RemotingCommand(code, opaque, flag, remark, ext, None, language, version, st, 0, None, fixed)
 
@@ -737,12 +753,18 @@ def _shape_of(cmd: RemotingCommand, names: tuple[str, ...], values: list[str], o
     if fixed is None or cmd.opaque != opaque:
         return None
     ext = cmd.ext_fields
-    if ext is None or len(ext) != len(fixed.ext) + len(names):
-        return None  # (an entry the SendFixed / PullFixed does not keep, say)
+    if ext is None:
+        return None
     for name, value in (*zip(names, values, strict=True), *fixed.ext.items()):
         if ext.get(name, ext) != value:
             return None
-    return fixed, cmd.code, cmd.flag, cmd.remark, cmd.language, cmd.version
+    template: dict[str, Any] | None = None
+    if len(ext) != len(fixed.ext) + len(names) or len(names) != 2 or fixed.__class__ is not SendFixed:
+        template = {**dict.fromkeys(names), **fixed.ext}
+        for k, v in ext.items():
+            if k not in template:
+                template[k] = v  # (an entry neither the SendFixed / PullFixed nor the variable ones hold)
+    return fixed, cmd.code, cmd.flag, cmd.remark, cmd.language, cmd.version, template
 
 
 def _decode_json_shaped(data: bytes | memoryview, keys: tuple[str, ...], names: tuple[str, ...],
@@ -776,7 +798,7 @@ def _decode_shaped(data: Any, text: Any, keys: Any, names: tuple[str, ...], once
         return generic(data)
     shape = shapes.get(found[0])
     if shape is not None:
-        return _shaped_command(shape, found[1], found[2], st)
+        return _shaped_command(shape, names, found[1], found[2], st)
     cmd = generic(data)
     shape = _shape_of(cmd, names, found[1], found[2])
     if shape is not None and all(text.count(k) == 1 for k in once):
@@ -1031,7 +1053,9 @@ class FrameDecoder:
                 if st == 0:  # JSON: a Java client's sends and pulls by their shapes (the C++ core's are signed)
                     lead = src[hstart : hstart + 12]
                     shaped = _JSON_SHAPED.get(lead if whole else bytes(lead))
-                    if shaped is not None and src.find(_JSON_SIGNATURE, hstart, hend) < 0:
+                    if shaped is not None:
+                        shaped = shaped[0] if src.find(_JSON_SIGNATURE, hstart, hend) < 0 else shaped[1]
+                    if shaped is not None:
                         cmd = _decode_json_shaped(mv[hstart:hend], *shaped)
                     else:
                         cmd = decode_json_header(mv[hstart:hend])
