@@ -590,17 +590,17 @@ def _decode_send(
 
 # The SEND and PULL headers RocketMQ's own clients write (JSON from Java and C++, ROCKETMQ from Java with
 # -Drocketmq.serialize.type=ROCKETMQ) are read the way our clients' MSGPACK ones are. A producer queue's
-# sends repeat everything but the opaque, g (born timestamp) and i (properties); a consumer queue's pulls
-# everything but the opaque, queueOffset, sysFlag and commitOffset. Those are found in the bytes (their keys
-# searched for) and the rest, the header's shape, is looked up by its text. The first header of a shape is
-# decoded the generic way, and remembered only if its variable values were where the generic decoder found
-# them, each key once (the generic decoder keeps a duplicate key's last value), with no extFields entry but
-# those the SendFixed / PullFixed and the variable ones make: a remembered shape gives the command the
-# generic decoder gives (ext_fields equal). Anything else, or any doubt, takes the generic decoder, at once
-# for a header signed per request (its Signature makes every one a new shape). Decode per frame
-# (FrameDecoder.feed, timeit): a Java-style send 3.7 (JSON) and 4.8 us (ROCKETMQ) -> 3.0 and 2.9, against
-# MSGPACK's 1.5; a pull 3.9 and 5.3 -> 3.1 and 3.3, against 1.7; the C++ core's (signed) 4.0 -> 4.3.
-# A header signed per request (an ACL Signature: the C++ core signs every one) has no shape that repeats.
+# sends repeat everything but the opaque, g (born timestamp) and i (properties), and a Signature when signed
+# (the C++ core signs every request); a consumer queue's pulls everything but the opaque, queueOffset,
+# sysFlag and commitOffset. Those are found in the bytes (their keys searched for) and the rest, the
+# header's shape, is looked up by its text. The first header of a shape is decoded the generic way, and
+# remembered only if its variable values were where the generic decoder found them and each key occurs once
+# (the generic decoder keeps a duplicate key's last value): a remembered shape gives the command the generic
+# decoder gives (ext_fields equal; entries the send / pull header does not read are constant in the text and
+# kept in the shape's template). Anything else, or any doubt, takes the generic decoder; at once a signed pull
+# (the C++ core's offsets are numbers) or a signed ROCKETMQ header. Decode per frame (FrameDecoder.feed,
+# timeit): a Java-style send 3.7 (JSON) and 4.8 us (ROCKETMQ) -> 3.0 and 2.9, against MSGPACK's 1.5; a pull
+# 3.9 and 5.3 -> 3.1 and 3.3, against 1.7; the C++ core's send 4.0 -> 3.6.
 _JSON_SIGNATURE = b'"Signature":'
 _RMQ_SIGNATURE = _I16.pack(9) + b"Signature"
 _json_scanstring = json.decoder.scanstring
