@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import glob
 import os
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -125,28 +127,42 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
     return out
 
 
-async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                group: int | None = None, turns: int = 1, tags: str | None = None) -> None:
+@contextlib.asynccontextmanager
+async def in_process_broker(name: str, topics: dict[str, int], **values: Any) -> AsyncIterator[Any]:
+    """A real BrokerController (ASYNC_FLUSH unless `values` say otherwise) on a temporary store, with `topics`
+    (name -> queues) created: what the in-process benchmarks time. Stopped, its store removed, on leaving."""
     from broker.config import BrokerConfig
     from broker.controller import BrokerController
     from remoting.body import TopicConfig
+
+    store_dir = tempfile.mkdtemp(prefix=f"bench-{name}-")
+    c = BrokerController(BrokerConfig.from_values({
+        "brokerName": f"broker-{name}", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
+        "flushDiskType": "ASYNC_FLUSH", **values,
+    }))
+    await c.start()
+    try:
+        for topic, queues in topics.items():
+            c.topic_config_manager.update_topic_config(
+                TopicConfig(topic_name=topic, read_queue_nums=queues, write_queue_nums=queues))
+        yield c
+    finally:
+        await c.stop()
+        shutil.rmtree(store_dir, ignore_errors=True)
+
+
+async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
+                group: int | None = None, turns: int = 1, tags: str | None = None) -> None:
     from remoting.codec import FrameDecoder
 
-    store_dir = tempfile.mkdtemp(prefix="bench-callgrind-")
-    cfg = BrokerConfig.from_values({
-        "brokerName": "broker-cg", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
+    names = topic_names(n_topics)
+    async with in_process_broker("callgrind", dict.fromkeys(names, 4), **{
         "mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmMapedFileEnable": False,
         "flushDiskType": "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
         # The consume queue flush walks every queue once a second of wall time, and a run under callgrind
         # is ~50x slower than a real one: with 4 000 queues that walk would be counted ~50x per message.
         "flushIntervalConsumeQueue": 3_600_000,
-    })
-    c = BrokerController(cfg)
-    await c.start()
-    try:
-        names = topic_names(n_topics)
-        for t in names:
-            c.topic_config_manager.update_topic_config(TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4))
+    }) as c:
         proc = c.send_message_processor
         ctx = request_context()
         reput = c.message_store.reput_message_service
@@ -183,9 +199,6 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
             unit = c.message_store.find_consume_queue(names[0], 0).get_unit(0)
             if unit is None or unit[2] != java_string_hash(tags):
                 raise SystemExit(f"consume queue unit {unit}: tags code is not hash({tags!r})")
-    finally:
-        await c.stop()
-        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 def loop_thread_instructions(script: Path, args: list[str], keep: Path | None = None, timeout: float = 1800) -> int:

@@ -28,7 +28,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -101,22 +100,12 @@ async def child(ticks: int, burst: int, queues: int, built: int = 0) -> list[flo
     so that two runs under callgrind build as much and their difference is the ticks alone."""
     import bench_callgrind as harness
 
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
-    from remoting.body import TopicConfig
     from remoting.connection import RemotingConnection
 
-    store_dir = tempfile.mkdtemp(prefix="bench-e2e-tick-")
-    cfg = BrokerConfig.from_values({
-        "brokerName": "broker-tick", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
-        "flushDiskType": "ASYNC_FLUSH", "warmMapedFileEnable": False,
+    async with harness.in_process_broker("e2e-tick", {TOPIC: queues}, **{
+        "warmMapedFileEnable": False,
         "flushIntervalConsumeQueue": 3_600_000,  # as bench_callgrind.py: not counted ~50x under valgrind
-    })
-    c = BrokerController(cfg)
-    await c.start()
-    try:
-        c.topic_config_manager.update_topic_config(
-            TopicConfig(topic_name=TOPIC, read_queue_nums=queues, write_queue_nums=queues))
+    }) as c:
         producer = RemotingConnection(c.dispatcher)
         pt = CountingTransport(50001)
         producer.connection_made(pt)  # type: ignore[arg-type]
@@ -161,9 +150,6 @@ async def child(ticks: int, burst: int, queues: int, built: int = 0) -> list[flo
         if sum(offsets) != (warm + ticks) * burst:
             raise SystemExit(f"{sum(offsets)} messages stored, {(warm + ticks) * burst} sent")
         return cpu
-    finally:
-        await c.stop()
-        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 def instructions(root: Path, ticks: int, burst: int, queues: int, built: int) -> int:

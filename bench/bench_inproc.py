@@ -21,10 +21,8 @@ import asyncio
 import gc
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,22 +34,10 @@ async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple
     """Loop-thread CPU microseconds per message of each round, per side ("one", "many")."""
     import bench_callgrind as harness
 
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
-    from remoting.body import TopicConfig
     from remoting.codec import FrameDecoder
 
-    store_dir = tempfile.mkdtemp(prefix="bench-inproc-")
-    cfg = BrokerConfig.from_values({
-        "brokerName": "broker-inproc", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
-        "flushDiskType": "ASYNC_FLUSH",
-    })
-    c = BrokerController(cfg)
-    await c.start()
-    try:
-        names = {"one": harness.topic_names(1), "many": harness.topic_names(n_topics)}
-        for t in names["one"] + names["many"]:
-            c.topic_config_manager.update_topic_config(TopicConfig(topic_name=t, read_queue_nums=4, write_queue_nums=4))
+    names = {"one": harness.topic_names(1), "many": harness.topic_names(n_topics)}
+    async with harness.in_process_broker("inproc", dict.fromkeys(names["one"] + names["many"], 4)) as c:
         proc = c.send_message_processor
         reput = c.message_store.reput_message_service
         ctx = harness.request_context()
@@ -95,9 +81,6 @@ async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple
             if stored != n:  # a refused send would make the figures meaningless
                 raise SystemExit(f"{stored} messages in the {side} side's queues, {n} sent")
         return us
-    finally:
-        await c.stop()
-        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 def main() -> int:

@@ -25,10 +25,8 @@ import argparse
 import asyncio
 import gc
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,22 +114,12 @@ def pull_reads(wire: str, offsets: list[int], opaque: int) -> list[bytes]:
 
 
 async def measure(rounds: int, per: int, group: int, pulls: int) -> dict[str, dict[str, list[float]]]:
+    import bench_callgrind as harness
     import bench_e2e_tick as tick
 
-    from broker.config import BrokerConfig
-    from broker.controller import BrokerController
-    from remoting.body import TopicConfig
     from remoting.connection import RemotingConnection
 
-    store_dir = tempfile.mkdtemp(prefix="bench-wire-")
-    cfg = BrokerConfig.from_values({
-        "brokerName": "broker-wire", "brokerIP1": "127.0.0.1", "listenPort": 0, "storePathRootDir": store_dir,
-        "flushDiskType": "ASYNC_FLUSH",
-    })
-    c = BrokerController(cfg)
-    await c.start()
-    try:
-        c.topic_config_manager.update_topic_config(TopicConfig(topic_name=TOPIC, read_queue_nums=4, write_queue_nums=4))
+    async with harness.in_process_broker("wire", {TOPIC: 4}) as c:
         conn = RemotingConnection(c.dispatcher)
         transport = tick.CountingTransport(50001)
         conn.connection_made(transport)  # type: ignore[arg-type]
@@ -191,9 +179,6 @@ async def measure(rounds: int, per: int, group: int, pulls: int) -> dict[str, di
         if stored != sent:  # a refused send would make the figures meaningless
             raise SystemExit(f"{stored} messages stored, {sent} sent")
         return us
-    finally:
-        await c.stop()
-        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 def main() -> int:
