@@ -41,6 +41,7 @@ from remoting.codec import (
     json_str,
     rocketmq_answer_lead,
     rocketmq_ext_entry,
+    rocketmq_ext_key,
     rocketmq_i32,
 )
 from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
@@ -190,10 +191,10 @@ _JSON_TRANSACTION_ID = '","transactionId":"'
 # And to a ROCKETMQ (binary) request: PackedRocketmqResponse pieces, each key with its int16 length.
 _ROCKETMQ = SerializeType.ROCKETMQ
 _SEND_OK_ROCKETMQ_LEAD = rocketmq_answer_lead(_SUCCESS, LanguageCode.JAVA, DEFAULT_VERSION)
-_RMQ_K_MSG_ID = rocketmq_ext_entry("msgId", "")[:-4]
+_RMQ_K_MSG_ID = rocketmq_ext_key("msgId")
 _RMQ_QUEUE_ID = tuple(rocketmq_ext_entry("queueId", q) for q in _QUEUE_ID_STR)
-_RMQ_K_QUEUE_OFFSET = rocketmq_ext_entry("queueOffset", "")[:-4]
-_RMQ_K_TRANSACTION_ID = rocketmq_ext_entry("transactionId", "")[:-4]
+_RMQ_K_QUEUE_OFFSET = rocketmq_ext_key("queueOffset")
+_RMQ_K_TRANSACTION_ID = rocketmq_ext_key("transactionId")
 
 
 def _accepting(bc: Any) -> bool:
