@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,21 @@ def cluster(mq_cluster: ConsumerCluster) -> ConsumerCluster:
     return mq_cluster
 
 
+def push_consumer(cluster: ConsumerCluster, group: str, instance: str, **kwargs: Any) -> PushConsumer:
+    """A push consumer of `group` from the first offset."""
+    return PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                        instance_name=instance, **kwargs)
+
+
+async def start_consuming(c: PushConsumer, topic: str, listener: Any, *, orderly: bool = False) -> None:
+    c.subscribe(topic)
+    if orderly:
+        c.register_orderly_listener(listener)
+    else:
+        c.register_listener(listener)
+    await c.start()
+
+
 async def committed(cluster: ConsumerCluster, group: str, mq: MessageQueue) -> int | None:
     reader = await QueueReader.create(cluster.namesrv_addr)
     try:
@@ -51,11 +67,8 @@ async def bodies_seen_by_new_consumer(
         got.extend((m.body, m.reconsume_times) for m in msgs)
         return SUCCESS
 
-    c = PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-                     rebalance_interval=1, instance_name=names("I2"))
-    c.subscribe(mq.topic)
-    c.register_listener(listener)
-    await c.start()
+    c = push_consumer(cluster, group, names("I2"), rebalance_interval=1)
+    await start_consuming(c, mq.topic, listener)
     try:
         marker = (await send_to_queues(cluster.namesrv_addr, [mq], 1, prefix="marker"))[0]
         await wait_until(lambda: any(b == marker for b, _ in got), 20, "the marker")
@@ -90,10 +103,8 @@ async def test_push_shutdown_waits_for_running_listener_and_commits(cluster: Con
             finished.extend(m.body for m in msgs)
             return SUCCESS
 
-    c = PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", instance_name=names("I"))
-    c.subscribe(topic)
-    c.register_listener(listener)
-    await c.start()
+    c = push_consumer(cluster, group, names("I"))
+    await start_consuming(c, topic, listener)
     await wait_until(lambda: len(started) == 3, 15, "all 3 listener calls running")
     assert not finished
     t0 = time.monotonic()
@@ -115,10 +126,8 @@ async def test_push_reconsume_later_during_shutdown_is_sent_back(cluster: Consum
         await asyncio.sleep(0.3)
         return LATER
 
-    c = PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", instance_name=names("I"))
-    c.subscribe(topic)
-    c.register_listener(listener)
-    await c.start()
+    c = push_consumer(cluster, group, names("I"))
+    await start_consuming(c, topic, listener)
     await asyncio.wait_for(started.wait(), 15)
     await c.shutdown()
     assert await committed(cluster, group, mq) == 1  # past it: it lives on in %RETRY%<group>
@@ -139,10 +148,8 @@ async def test_push_orderly_shutdown_waits_for_running_listener_and_commits(clus
         finished.extend(m.queue_offset for m in msgs)
         return ConsumeOrderlyStatus.SUCCESS
 
-    c = PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", instance_name=names("I"))
-    c.subscribe(topic)
-    c.register_orderly_listener(listener)
-    await c.start()
+    c = push_consumer(cluster, group, names("I"))
+    await start_consuming(c, topic, listener, orderly=True)
     await asyncio.wait_for(started.wait(), 15)
     await c.shutdown()
     assert finished and finished[0] == 0
@@ -161,7 +168,7 @@ async def test_push_shutdown_started_from_listener_still_finishes_that_listener(
     finished: list[bytes] = []
     tasks: list[asyncio.Task[None]] = []
 
-    c = PushConsumer(group, cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", instance_name=names("I"))
+    c = push_consumer(cluster, group, names("I"))
 
     async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
         if not tasks:
@@ -170,9 +177,7 @@ async def test_push_shutdown_started_from_listener_still_finishes_that_listener(
         finished.extend(m.body for m in msgs)
         return SUCCESS
 
-    c.subscribe(topic)
-    c.register_listener(listener)
-    await c.start()
+    await start_consuming(c, topic, listener)
     await wait_until(lambda: mq in c.assigned_queues(), 15, "assignment")
     await asyncio.sleep(0.3)  # steady state: the pull is held by the broker, workers idle
     [body] = await send_to_queues(cluster.namesrv_addr, [mq], 1)
@@ -199,13 +204,7 @@ async def test_push_shutdown_awaited_inside_listener_completes(cluster: Consumer
     await send_to_queues(cluster.namesrv_addr, [mq], 1)
     outcome: list[str] = []
     insts: list[MQClientInstance] = []
-    c = PushConsumer(
-        group,
-        cluster.namesrv_addr,
-        consume_from_where="CONSUME_FROM_FIRST_OFFSET",
-        instance_name=names("I"),
-        await_termination_millis_when_shutdown=300,
-    )
+    c = push_consumer(cluster, group, names("I"), await_termination_millis_when_shutdown=300)
 
     async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
         if not outcome:
@@ -221,9 +220,7 @@ async def test_push_shutdown_awaited_inside_listener_completes(cluster: Consumer
                 raise
         return SUCCESS
 
-    c.subscribe(topic)
-    c.register_listener(listener)
-    await c.start()
+    await start_consuming(c, topic, listener)
     await wait_until(lambda: bool(insts), 15, "the listener call")
     inst = insts[0]
     try:
