@@ -36,7 +36,8 @@ def test_producer_modes_then_both_consumers(cluster: tuple[str, str, Daemon]) ->
     # (the sync run with client idle polling: ClientConfig.idle_poll_us through the CLI)
     # (and an async run with the producer's auto-batching: Producer(auto_batch=True) through the CLI)
     for mode, extra in (("sync", ["--threads", "4", "--idle-poll-us", "200"]), ("async", ["--inflight", "32"]),
-                        ("async", ["--inflight", "64", "--auto-batch"]), ("batch", ["--batch", "16"])):
+                        ("async", ["--inflight", "64", "--auto-batch"]), ("batch", ["--batch", "16"]),
+                        ("oneway", [])):  # (oneway's RT: the send call, as RocketMQ's benchmark times it)
         rc, lines, out = _run(
             ["producer", "-n", ns, "-t", "BenchTopicT", "--size", "256", "--mode", mode, "--count", "200",
              "--json", *extra]
