@@ -26,15 +26,15 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_memory import cluster_unless_given, status_kib  # noqa: E402
 
 from client import (  # noqa: E402
     ConsumeConcurrentlyStatus,
@@ -52,11 +52,7 @@ WAIT_S = 10.0  # at most this long for a round's messages, per consumer
 
 def sample(pid: int) -> dict[str, Any]:
     """The broker's RSS less file mappings (MiB), its open file descriptors and how many are sockets."""
-    kib = {}
-    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
-        k, _, v = ln.partition(":")
-        if k in ("RssAnon", "RssShmem"):
-            kib[k] = int(v.split()[0])
+    kib = status_kib(pid)
     fds = sockets = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -145,25 +141,8 @@ def main() -> int:
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be at least 1")
     configure_logging(level="ERROR")
-    daemons = []
-    tmp = None
-    ns, pid = a.namesrv, a.broker_pid
-    if ns is None or pid is None:
-        from tests.support.daemons import start_broker, start_namesrv
-
-        tmp = Path(tempfile.mkdtemp(prefix="bench-churn-"))
-        nsd, ns = start_namesrv(tmp)
-        daemons.append(nsd)
-        br, _ = start_broker(tmp, ns)
-        daemons.append(br)
-        pid = br.pid
-    try:
+    with cluster_unless_given(a.namesrv, a.broker_pid, "bench-churn-") as (ns, pid):
         out = run(churn(ns, pid, a.rounds, a.every, a.topics, a.messages))
-    finally:
-        for d in reversed(daemons):
-            d.terminate()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         print(json.dumps(out))
     return 0

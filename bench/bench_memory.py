@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,30 @@ def status_kib(pid: int) -> dict[str, int]:
         if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
             out[k] = int(v.split()[0])
     return out
+
+
+@contextlib.contextmanager
+def cluster_unless_given(namesrv: str | None, broker_pid: int | None, prefix: str,
+                         extra: dict[str, object] | None = None) -> Iterator[tuple[str, int]]:
+    """(NameServer address, broker pid): the given ones, or a NameServer and a broker of our own on a temporary
+    store (with `extra` broker config), stopped and removed on the way out."""
+    if namesrv is not None and broker_pid is not None:
+        yield namesrv, broker_pid
+        return
+    from tests.support.daemons import start_broker, start_namesrv
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    daemons = []
+    try:
+        nsd, ns = start_namesrv(tmp)
+        daemons.append(nsd)
+        br, _ = start_broker(tmp, ns, extra=extra)
+        daemons.append(br)
+        yield ns, br.pid
+    finally:
+        for d in reversed(daemons):
+            d.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def point(pid: int, messages: int, body: int, seconds: float) -> dict[str, Any]:
@@ -107,28 +133,12 @@ def main() -> int:
     a = ap.parse_args()
     configure_logging(level="ERROR")
     checkpoints = sorted(int(x) for x in a.checkpoints.split(","))
-    daemons = []
-    tmp = None
-    ns, pid = a.namesrv, a.broker_pid
-    if ns is None or pid is None:
-        from tests.support.daemons import start_broker, start_namesrv
-
-        tmp = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-        nsd, ns = start_namesrv(tmp)
-        daemons.append(nsd)
-        br, _ = start_broker(tmp, ns, extra={"mappedFileSizeCommitLog": 1024 * 1024 * 1024})
-        daemons.append(br)
-        pid = br.pid
     note = (f"{a.body}-byte bodies, send_batch of {a.batch}, {a.queues} queues, one broker; RSS less file "
             "mappings = RssAnon + RssShmem from /proc/PID/status (CommitLog, ConsumeQueue and index mappings "
             "are file-backed and excluded).")
-    try:
+    with cluster_unless_given(a.namesrv, a.broker_pid, "bench-memory-",
+                              {"mappedFileSizeCommitLog": 1024 * 1024 * 1024}) as (ns, pid):
         run(fill(ns, pid, checkpoints, a.body, a.batch, a.inflight, a.queues, Path(a.out), note))
-    finally:
-        for d in reversed(daemons):
-            d.terminate()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
