@@ -44,7 +44,7 @@ from remoting.body import (
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.connection import RequestContext, RequestDispatcher
+from remoting.connection import RemotingConnection, RequestContext, RequestDispatcher
 from remoting.errors import RemotingError
 from remoting.headers import (
     CheckTransactionStateRequestHeader,
@@ -127,6 +127,7 @@ class MQClientInstance:
         self.api = MQClientAPIImpl(
             self.remoting, self.namesrv_addrs, default_timeout_ms=config.mq_client_api_timeout
         )
+        self.remoting.on_connect = self._heartbeat_new_connection
         self.producer_table: dict[str, list[MQProducerInner]] = {}
         self.consumer_table: dict[str, MQConsumerInner] = {}
         self.topic_route_table: dict[str, TopicRouteData] = {}
@@ -529,6 +530,34 @@ class MQClientInstance:
 
         if self._spawn(run(), "heartbeat") is None:
             self._heartbeat_pending = False
+
+    async def _heartbeat_new_connection(self, addr: str, conn: RemotingConnection) -> None:
+        """Heartbeat on a new connection to a broker before any other request uses it (the remoting
+        client's on_connect), so the broker's answer, which says what header formats it reads, decides the
+        format of the first requests too. Before, they went out as JSON until a heartbeat answer came
+        back: every send of a producer that starts and sends a burst at once (3 000 pipelined sends cost
+        it 14-16 us each against 9 in MSGPACK), and every request for up to heartbeat_broker_interval
+        after a reconnect (the format is forgotten with the connection); and a client with no group (a
+        QueueReader, Admin), which never heartbeats, always: its heartbeat here names no group and
+        registers nothing. Bounded by the API timeout; a failure leaves the connection in JSON (until
+        the next heartbeat, for a client with groups)."""
+        if not self.started:
+            return
+        if addr in self.api.namesrv_addrs:
+            return  # NameServers read JSON (and take no heartbeat); everything else a client dials is a broker
+        hb = RemotingCommand.request(RequestCode.HEART_BEAT, body=self.heartbeat_data().encode())
+        try:
+            resp = await conn.invoke_future(hb, self.config.mq_client_api_timeout)
+        except RemotingError as e:
+            log.warning("heartbeat_on_connect_failed", addr=addr, error=str(e))
+            return
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("heartbeat_on_connect_refused", addr=addr, code=resp.code, remark=resp.remark)
+            return
+        self.api.note_serialize_types(addr, resp)
+        for name, table in self.broker_addr_table.items():
+            if addr in table.values():
+                self.broker_version_table.setdefault(name, {})[addr] = resp.version
 
     async def _heartbeat_tick(self) -> None:
         self.clean_offline_broker()

@@ -650,12 +650,16 @@ class MQClientAPIImpl:
         self, addr: str, heartbeat: HeartbeatData, timeout_ms: float | None = None
     ) -> int:
         resp = await self._call(addr, RequestCode.HEART_BEAT, body=heartbeat.encode(), timeout_ms=timeout_ms)
-        # A broker of this project says it reads MSGPACK headers: use them to it from now on (faster
-        # to encode and decode than JSON). Anything else (real RocketMQ, NameServers) stays JSON.
-        kinds = (resp.ext_fields or {}).get(SERIALIZE_TYPES_EXT_FIELD)
+        self.note_serialize_types(addr, resp)
+        return resp.version
+
+    def note_serialize_types(self, addr: str, heartbeat_response: RemotingCommand) -> None:
+        """A broker of this project says in its HEART_BEAT answer that it reads MSGPACK headers: use them
+        to it from now on (faster to encode and decode than JSON). Anything else (real RocketMQ,
+        NameServers) stays JSON."""
+        kinds = (heartbeat_response.ext_fields or {}).get(SERIALIZE_TYPES_EXT_FIELD)
         if isinstance(kinds, str) and "MSGPACK" in kinds.split(","):
             self.remoting.addr_serialize_types[addr] = SerializeType.MSGPACK
-        return resp.version
 
     async def unregister_client(
         self,

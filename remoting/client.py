@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -56,6 +56,11 @@ class RemotingClient:
         self.idle_poll_us = checked_window_us(idle_poll_us)
         # Made with the first connection (it needs the running loop); see remoting.idle_poll.
         self.idle_poller: IdlePoller | None = None
+        # on_connect(addr, conn): awaited on each new connection before any request may use it (those that
+        # want it wait for the connection meanwhile), e.g. to learn which header formats the peer reads
+        # before the first request is encoded. It must bound its own time and not raise (a bug in it is
+        # logged, and the connection is used anyway).
+        self.on_connect: Callable[[str, RemotingConnection], Awaitable[None]] | None = None
 
     def add_close_listener(self, cb: Callable[[str], None]) -> None:
         """cb(addr) when a connection to addr closes."""
@@ -122,6 +127,16 @@ class RemotingClient:
             raise RemotingConnectError(addr, f"timed out after {self.connect_timeout_ms:.0f} ms") from None
         except OSError as e:
             raise RemotingConnectError(addr, e.strerror or str(e)) from None
+        if self.on_connect is not None:
+            try:
+                await self.on_connect(addr, conn)
+            except asyncio.CancelledError:
+                conn.close()
+                raise
+            except Exception:
+                log.exception("on_connect_failed", addr=addr)
+            if conn.closed:
+                raise RemotingConnectError(addr, "the connection closed while it was being set up")
         self._conns[addr] = conn
         return conn
 

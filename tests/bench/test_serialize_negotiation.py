@@ -7,6 +7,7 @@ import asyncio
 import time
 
 from client import Message, Producer
+from client.reader import QueueReader
 from remoting import RemotingClient, RemotingCommand
 from remoting.body import HeartbeatData, ProducerData
 from remoting.codec import FrameDecoder
@@ -70,3 +71,69 @@ async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple
         assert plain.addr_serialize_types == {}
     finally:
         await plain.close()
+
+
+async def test_a_new_connection_is_negotiated_before_its_first_request(cluster: tuple[str, str, Daemon]) -> None:
+    """The heartbeat that says the broker reads MSGPACK goes out on a new broker connection before anything
+    else may use it: a producer that starts and fires a burst at once sends all of it in MSGPACK (before,
+    every send issued ahead of the first heartbeat's answer went out as JSON), and so do the sends after a
+    reconnect (the format is forgotten with the connection; before, JSON until the next periodic
+    heartbeat, 30 s later)."""
+    ns, broker, _d = cluster
+    sends: list[SerializeType] = []
+    first: list[int] = []  # the code of the first request on each connection to the broker
+    real_flush = RemotingConnection._flush
+    seen: set[int] = set()
+
+    def recording_flush(self: RemotingConnection) -> None:
+        if self.remote_addr == broker:
+            for cmd in FrameDecoder().feed(b"".join(bytes(b) for b in self._out)):
+                if cmd.is_response:
+                    continue
+                if id(self) not in seen:
+                    seen.add(id(self))
+                    first.append(cmd.code)
+                if cmd.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+                    sends.append(cmd.serialize_type)
+        real_flush(self)
+
+    RemotingConnection._flush = recording_flush  # type: ignore[method-assign]
+    try:
+        async with Producer("negotiation_burst_pg", ns) as p:
+            results = await asyncio.gather(
+                *(p.send_async(Message("NegotiationBurstT", b"burst")) for _ in range(200)))
+            assert len(results) == 200 and all(r.queue_offset >= 0 for r in results)
+            assert len(sends) == 200 and set(sends) == {SerializeType.MSGPACK}, sends[:5]
+            remoting = p.instance.remoting
+            # The connection goes (a broker restart, a network blip): the next one is negotiated again.
+            remoting._conns[broker].close()
+            deadline = time.monotonic() + 10
+            while broker in remoting.addr_serialize_types or broker in remoting._conns:
+                assert time.monotonic() < deadline, "the closed connection was not forgotten"
+                await asyncio.sleep(0.01)
+            sends.clear()
+            await asyncio.gather(*(p.send_async(Message("NegotiationBurstT", b"again")) for _ in range(50)))
+            assert len(sends) == 50 and set(sends) == {SerializeType.MSGPACK}, sends[:5]
+        assert first == [RequestCode.HEART_BEAT, RequestCode.HEART_BEAT], first
+        # A client with no group (a QueueReader: the Spark source's) never heartbeats on its own; its new
+        # connection is negotiated all the same, so its pulls go out in MSGPACK too.
+        pulls: list[SerializeType] = []
+        sends_before = len(sends)
+        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
+
+        def recording_pulls(self: RemotingConnection) -> None:
+            if self.remote_addr == broker:
+                pulls.extend(c.serialize_type for c in FrameDecoder().feed(b"".join(bytes(b) for b in self._out))
+                             if not c.is_response and c.code == RequestCode.PULL_MESSAGE)
+            real_flush(self)
+
+        RemotingConnection._flush = recording_pulls  # type: ignore[method-assign]
+        async with await QueueReader.create(ns) as reader:
+            got = 0
+            for mq in await reader.fetch_queues("NegotiationBurstT"):
+                async for msgs in reader.read_range(mq, 0, await reader.max_offset(mq)):
+                    got += len(msgs)
+        assert got == 250 and len(sends) == sends_before
+        assert pulls and set(pulls) == {SerializeType.MSGPACK}, pulls[:5]
+    finally:
+        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
