@@ -344,15 +344,21 @@ def machine_info() -> dict[str, str]:
     return {"nproc": str(os.cpu_count()), "cpu": cpu, "ram": mem, "kernel": platform.release()}
 
 
+# What a compare writes: a previous run's uncommitted output is not a change to the code measured.
+OUTPUTS = ("bench/RESULTS.md", "bench/results.json", "bench/results.png")
+
+
 def git_commit() -> str | None:
-    """The checkout's commit (short), "+ changes" when its tracked files differ from it; None outside git.
-    RESULTS.md names it: the code measured is that commit's, not whatever is committed with the file."""
+    """The checkout's commit (short), "+ changes" when its tracked files differ from it (but for OUTPUTS);
+    None outside git. RESULTS.md names it: the code measured is that commit's, not whatever is committed
+    with the file."""
     if not shutil.which("git"):
         return None
     r = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
     if r.returncode != 0:
         return None
-    dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                *(f":(exclude){p}" for p in OUTPUTS)])
     return r.stdout.strip() + (" + changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 

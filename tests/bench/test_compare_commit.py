@@ -23,12 +23,18 @@ def test_commit_then_changes_then_no_repository(tmp_path: Path, monkeypatch: pyt
     repo.mkdir()
     _git(repo, "init", "-q")
     (repo / "a.py").write_text("x = 1\n")
-    _git(repo, "add", "a.py")
+    (repo / "bench").mkdir()
+    for out in compare.OUTPUTS:
+        (repo / out).write_text("a previous run\n")
+    _git(repo, "add", "a.py", *compare.OUTPUTS)
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "one")
     monkeypatch.setattr(compare, "ROOT", repo)
     head = _git(repo, "rev-parse", "--short", "HEAD")
     assert compare.git_commit() == head
     (repo / "untracked.txt").write_text("results")  # untracked files (a fresh RESULTS.md) do not count
+    assert compare.git_commit() == head
+    for out in compare.OUTPUTS:  # nor a previous compare's output, not yet committed
+        (repo / out).write_text("another run\n")
     assert compare.git_commit() == head
     (repo / "a.py").write_text("x = 2\n")
     assert compare.git_commit() == f"{head} + changes"
