@@ -545,19 +545,14 @@ class MQClientInstance:
             return
         if addr in self.api.namesrv_addrs:
             return  # NameServers read JSON (and take no heartbeat); everything else a client dials is a broker
-        hb = RemotingCommand.request(RequestCode.HEART_BEAT, body=self.heartbeat_data().encode())
         try:
-            resp = await conn.invoke_future(hb, self.config.mq_client_api_timeout)
-        except RemotingError as e:
+            version = await self.api.send_heartbeat(addr, self.heartbeat_data(), self.config.mq_client_api_timeout, conn)
+        except (RemotingError, MQBrokerError) as e:
             log.warning("heartbeat_on_connect_failed", addr=addr, error=str(e))
             return
-        if resp.code != ResponseCode.SUCCESS:
-            log.warning("heartbeat_on_connect_refused", addr=addr, code=resp.code, remark=resp.remark)
-            return
-        self.api.note_serialize_types(addr, resp)
         for name, table in self.broker_addr_table.items():
             if addr in table.values():
-                self.broker_version_table.setdefault(name, {})[addr] = resp.version
+                self.broker_version_table.setdefault(name, {})[addr] = version
 
     async def _heartbeat_tick(self) -> None:
         self.clean_offline_broker()

@@ -38,6 +38,7 @@ from remoting.body import MessageQueue as BodyMessageQueue
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
+from remoting.connection import RemotingConnection
 from remoting.errors import (
     RemotingConnectError,
     RemotingConnectionClosedError,
@@ -647,19 +648,26 @@ class MQClientAPIImpl:
 
     # ------------------------------------------------------------------ client lifecycle (broker)
     async def send_heartbeat(
-        self, addr: str, heartbeat: HeartbeatData, timeout_ms: float | None = None
+        self, addr: str, heartbeat: HeartbeatData, timeout_ms: float | None = None,
+        conn: RemotingConnection | None = None,
     ) -> int:
-        resp = await self._call(addr, RequestCode.HEART_BEAT, body=heartbeat.encode(), timeout_ms=timeout_ms)
-        self.note_serialize_types(addr, resp)
-        return resp.version
-
-    def note_serialize_types(self, addr: str, heartbeat_response: RemotingCommand) -> None:
-        """A broker of this project says in its HEART_BEAT answer that it reads MSGPACK headers: use them
-        to it from now on (faster to encode and decode than JSON). Anything else (real RocketMQ,
-        NameServers) stays JSON."""
-        kinds = (heartbeat_response.ext_fields or {}).get(SERIALIZE_TYPES_EXT_FIELD)
+        """HEART_BEAT to addr (on `conn` when given: a connection not yet handed out, see RemotingClient.on_connect);
+        the broker's version."""
+        if conn is None:
+            resp = await self._call(addr, RequestCode.HEART_BEAT, body=heartbeat.encode(), timeout_ms=timeout_ms)
+        else:
+            resp = await conn.invoke_future(
+                RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat.encode()),
+                timeout_ms or self.default_timeout_ms,
+            )
+            if resp.code != ResponseCode.SUCCESS:
+                raise error_for_code(resp.code, resp.remark, addr)
+        # A broker of this project says it reads MSGPACK headers: use them to it from now on (faster
+        # to encode and decode than JSON). Anything else (real RocketMQ, NameServers) stays JSON.
+        kinds = (resp.ext_fields or {}).get(SERIALIZE_TYPES_EXT_FIELD)
         if isinstance(kinds, str) and "MSGPACK" in kinds.split(","):
             self.remoting.addr_serialize_types[addr] = SerializeType.MSGPACK
+        return resp.version
 
     async def unregister_client(
         self,
