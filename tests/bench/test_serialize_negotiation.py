@@ -4,7 +4,9 @@ them; NameServer requests and any client that did not switch (real RocketMQ clie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 
 from client import Message, Producer
 from client.reader import QueueReader
@@ -16,23 +18,33 @@ from remoting.connection import RemotingConnection
 from remoting.headers import SERIALIZE_TYPES_EXT_FIELD
 from tests.support.daemons import Daemon
 
+_SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+Wire = list[tuple[RemotingConnection, str, int, SerializeType]]
 
-async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple[str, str, Daemon]) -> None:
-    ns, broker, _d = cluster
-    sent: list[tuple[str, int, SerializeType]] = []
-    sent_all: list[tuple[str, int, SerializeType]] = []  # never cleared
+
+@contextlib.contextmanager
+def _requests_on_the_wire() -> Iterator[Wire]:
+    """Every request this process's connections write meanwhile, decoded from what actually goes out (every
+    send path ends in RemotingConnection._flush with whole frames): (connection, peer, code, serialize type)."""
+    wire: Wire = []
     real_flush = RemotingConnection._flush
 
     def recording_flush(self: RemotingConnection) -> None:
-        # What actually goes on the wire (every send path ends here with whole frames), decoded.
         for cmd in FrameDecoder().feed(b"".join(bytes(b) for b in self._out)):
             if not cmd.is_response:
-                sent.append((self.remote_addr, cmd.code, cmd.serialize_type))
-                sent_all.append(sent[-1])
+                wire.append((self, self.remote_addr, cmd.code, cmd.serialize_type))
         real_flush(self)
 
     RemotingConnection._flush = recording_flush  # type: ignore[method-assign]
     try:
+        yield wire
+    finally:
+        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
+
+
+async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple[str, str, Daemon]) -> None:
+    ns, broker, _d = cluster
+    with _requests_on_the_wire() as wire:
         async with Producer("negotiation_pg", ns) as p:
             r = await p.send(Message("NegotiationT", b"first"))  # route lookup, connection, heartbeat
             assert r.queue_offset >= 0
@@ -41,23 +53,21 @@ async def test_our_client_switches_to_msgpack_and_json_stays_json(cluster: tuple
             while remoting.addr_serialize_types.get(broker) is not SerializeType.MSGPACK:
                 assert time.monotonic() < deadline, "client never switched to MSGPACK"
                 await asyncio.sleep(0.05)
-            sent.clear()
+            start = len(wire)
             await p.send(Message("NegotiationT", b"sync"))
             await asyncio.gather(*(p.send_async(Message("NegotiationT", b"async")) for _ in range(5)))
             await p.send_batch([Message("NegotiationT", b"batch") for _ in range(3)])
-            sends = [s for s in sent if s[1] in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)]
+            sends = [w for w in wire[start:] if w[2] in _SENDS]
             assert len(sends) == 7
-            assert {s[2] for s in sends} == {SerializeType.MSGPACK}
+            assert {w[3] for w in sends} == {SerializeType.MSGPACK}
             # The broker answers in the request's serialize type.
             resp = await remoting.invoke(broker, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 5000)
             assert resp.code == ResponseCode.SUCCESS and resp.serialize_type is SerializeType.MSGPACK
             # NameServer requests stay JSON: every one this client sent (a refresh asked for here may
             # share a request already in flight, so look at all of them, the first route lookups included).
             await p.instance.update_topic_route_info_from_name_server("NegotiationT")
-            to_ns = [s for s in sent_all if s[0] == ns]
-            assert to_ns and {s[2] for s in to_ns} == {SerializeType.JSON}
-    finally:
-        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
+            to_ns = [w for w in wire if w[1] == ns]
+            assert to_ns and {w[3] for w in to_ns} == {SerializeType.JSON}
 
     # A JSON-only client (as a real RocketMQ client is) gets JSON answers, heartbeat included.
     plain = RemotingClient()
@@ -80,29 +90,12 @@ async def test_a_new_connection_is_negotiated_before_its_first_request(cluster: 
     reconnect (the format is forgotten with the connection; before, JSON until the next periodic
     heartbeat, 30 s later)."""
     ns, broker, _d = cluster
-    sends: list[SerializeType] = []
-    first: list[int] = []  # the code of the first request on each connection to the broker
-    real_flush = RemotingConnection._flush
-    seen: set[int] = set()
-
-    def recording_flush(self: RemotingConnection) -> None:
-        if self.remote_addr == broker:
-            for cmd in FrameDecoder().feed(b"".join(bytes(b) for b in self._out)):
-                if cmd.is_response:
-                    continue
-                if id(self) not in seen:
-                    seen.add(id(self))
-                    first.append(cmd.code)
-                if cmd.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-                    sends.append(cmd.serialize_type)
-        real_flush(self)
-
-    RemotingConnection._flush = recording_flush  # type: ignore[method-assign]
-    try:
+    with _requests_on_the_wire() as wire:
         async with Producer("negotiation_burst_pg", ns) as p:
             results = await asyncio.gather(
                 *(p.send_async(Message("NegotiationBurstT", b"burst")) for _ in range(200)))
             assert len(results) == 200 and all(r.queue_offset >= 0 for r in results)
+            sends = [w[3] for w in wire if w[1] == broker and w[2] in _SENDS]
             assert len(sends) == 200 and set(sends) == {SerializeType.MSGPACK}, sends[:5]
             remoting = p.instance.remoting
             # The connection goes (a broker restart, a network blip): the next one is negotiated again.
@@ -111,29 +104,24 @@ async def test_a_new_connection_is_negotiated_before_its_first_request(cluster: 
             while broker in remoting.addr_serialize_types or broker in remoting._conns:
                 assert time.monotonic() < deadline, "the closed connection was not forgotten"
                 await asyncio.sleep(0.01)
-            sends.clear()
+            start = len(wire)
             await asyncio.gather(*(p.send_async(Message("NegotiationBurstT", b"again")) for _ in range(50)))
+            sends = [w[3] for w in wire[start:] if w[1] == broker and w[2] in _SENDS]
             assert len(sends) == 50 and set(sends) == {SerializeType.MSGPACK}, sends[:5]
-        assert first == [RequestCode.HEART_BEAT, RequestCode.HEART_BEAT], first
+        # the code of the first request on each connection to the broker
+        first: dict[int, int] = {}
+        for conn, peer, code, _st in wire:
+            if peer == broker:
+                first.setdefault(id(conn), code)
+        assert list(first.values()) == [RequestCode.HEART_BEAT, RequestCode.HEART_BEAT], first
         # A client with no group (a QueueReader: the Spark source's) never heartbeats on its own; its new
         # connection is negotiated all the same, so its pulls go out in MSGPACK too.
-        pulls: list[SerializeType] = []
-        sends_before = len(sends)
-        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
-
-        def recording_pulls(self: RemotingConnection) -> None:
-            if self.remote_addr == broker:
-                pulls.extend(c.serialize_type for c in FrameDecoder().feed(b"".join(bytes(b) for b in self._out))
-                             if not c.is_response and c.code == RequestCode.PULL_MESSAGE)
-            real_flush(self)
-
-        RemotingConnection._flush = recording_pulls  # type: ignore[method-assign]
+        start = len(wire)
         async with await QueueReader.create(ns) as reader:
             got = 0
             for mq in await reader.fetch_queues("NegotiationBurstT"):
                 async for msgs in reader.read_range(mq, 0, await reader.max_offset(mq)):
                     got += len(msgs)
-        assert got == 250 and len(sends) == sends_before
+        pulls = [w[3] for w in wire[start:] if w[1] == broker and w[2] == RequestCode.PULL_MESSAGE]
+        assert got == 250 and not [w for w in wire[start:] if w[2] in _SENDS]
         assert pulls and set(pulls) == {SerializeType.MSGPACK}, pulls[:5]
-    finally:
-        RemotingConnection._flush = real_flush  # type: ignore[method-assign]
