@@ -103,10 +103,14 @@ async def lite_pull_round(ns: str, group: str, topic: str, want: int) -> int:
 
 
 async def churn(ns: str, pid: int, rounds: int, every: int, topics: int, messages: int) -> dict[str, Any]:
-    points = [{"round": 0, "seconds": 0.0, **sample(pid)}]
+    def point(r: int, seconds: float) -> dict[str, Any]:
+        pt = {"round": r, "seconds": round(seconds, 1), **sample(pid)}
+        print(f"{pt['round']:>8} {pt['seconds']:>6.1f} {pt['anon_mib']:>13.1f} {pt['fds']:>5} {pt['sockets']:>8}",
+              flush=True)
+        return pt
+
     print(f"{'round':>8} {'s':>6} {'RSS-file MiB':>13} {'fds':>5} {'sockets':>8}", flush=True)
-    print(f"{0:>8} {0.0:>6.1f} {points[0]['anon_mib']:>13.1f} {points[0]['fds']:>5} {points[0]['sockets']:>8}",
-          flush=True)
+    points = [point(0, 0.0)]
     short: list[dict[str, int]] = []
     t0 = time.monotonic()
     for r in range(rounds):
@@ -119,10 +123,7 @@ async def churn(ns: str, pid: int, rounds: int, every: int, topics: int, message
         if pushed != messages or pulled != messages:
             short.append({"round": r, "push": pushed, "lite_pull": pulled})
         if (r + 1) % every == 0 or r + 1 == rounds:
-            pt = {"round": r + 1, "seconds": round(time.monotonic() - t0, 1), **sample(pid)}
-            points.append(pt)
-            print(f"{pt['round']:>8} {pt['seconds']:>6.1f} {pt['anon_mib']:>13.1f} {pt['fds']:>5} {pt['sockets']:>8}",
-                  flush=True)
+            points.append(point(r + 1, time.monotonic() - t0))
     return {"rounds": rounds, "topics": topics, "messages_per_round": messages, "points": points,
             "short_rounds": len(short), "short": short[:20]}
 
