@@ -228,6 +228,15 @@ class _InflightLimiter:
                 self.release()  # the slot was handed over just before the cancel: pass it on
             raise
 
+    def submit(self, entry: _Backlogged) -> None:
+        """Start a prepared send now if a permit is free (and no one waits for one), else queue it."""
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            if not entry.start():  # cancelled meanwhile, or failed at once: the permit is unused
+                self.release()
+        else:
+            self._waiters.append(entry)
+
     def release(self) -> None:
         waiters = self._waiters
         while waiters:
@@ -346,6 +355,10 @@ class Producer:
         self._header_cache: dict[tuple[Any, ...], _HeaderFixed] = {}
         # Topics that passed check_topic (regex, forbidden names): checked once, not per message.
         self._checked_topics: set[str] = set()
+        # Pipelined first attempts that could not be written yet (route unknown, no open connection),
+        # by topic, in call order, and the one task per topic that gets them going (_park_until_routed).
+        self._unrouted: dict[str, list[_Backlogged]] = {}
+        self._route_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -1082,13 +1095,11 @@ class Producer:
         callback: when the topic's route and an open connection are at hand, write the request now;
         the response callback (run from the connection's read path) completes the returned future.
         With all permits taken, the prepared send waits in the limiter's FIFO and starts when a
-        permit frees (still no Task). A failed attempt continues in `_send_default` (retries as
-        usual). None: nothing was prepared, take the slow path. The returned future is already tracked."""
+        permit frees (still no Task); with no route or connection yet, it waits for them with the topic's
+        other such sends (_park_until_routed). A failed attempt continues in `_send_default` (retries as
+        usual). None: not running, nothing was prepared. The returned future is already tracked."""
         inst = self._instance
         if inst is None or self._state is not _RUNNING:
-            return None
-        info = inst.get_publish_info(topic)
-        if info is None:
             return None
         loop = inst.loop_if_current()
         if loop is None and _get_running_loop() is None:  # (raises, as create_future on a running loop would)
@@ -1100,6 +1111,10 @@ class Producer:
             out.set_exception(e)
             self._track(out)
             return out
+        info = inst.get_publish_info(topic)
+        if info is None or topic in self._unrouted:  # (behind the topic's earlier first sends, in order)
+            self._park_until_routed(out, prepared, timeout)
+            return out
         permits = self._async_permits
         if permits.active >= permits.limit or permits._waiters:
             entry = _Backlogged(self, out, prepared, timeout)
@@ -1108,14 +1123,56 @@ class Producer:
             self._inflight.add(out)
             return out
         if not self._start_fast(out, prepared, timeout, info):
-            # No open writable connection yet: the usual attempt loop, with the message as prepared
-            # (preparing twice would pop a retry message's reconsume properties twice).
-            task = asyncio.ensure_future(self._send_prepared_async(prepared, timeout))
-            self._track(task)
-            return task
+            # No open writable connection yet (a first send to this broker, a reconnect): wait for it
+            # with the message as prepared (preparing twice would pop a retry message's reconsume
+            # properties twice).
+            self._park_until_routed(out, prepared, timeout)
+            return out
         permits.active += 1
         self._inflight.add(out)  # untracked by _FastSend.on_response / cancel
         return out
+
+    def _park_until_routed(self, out: _SendFuture, prepared: _Prepared, timeout: float | None) -> None:
+        """Park a pipelined first attempt that cannot be written yet: its topic's route is unknown, or
+        no connection to the broker is open. One task per topic fetches the route and opens the
+        connections, then hands the parked sends, in call order, to the permits (_InflightLimiter.submit),
+        which start them on the callback path. A fresh producer's first burst used to cost a Task and
+        a chain of coroutines per message instead."""
+        entry = _Backlogged(self, out, prepared, timeout)
+        out._fast = entry
+        self._inflight.add(out)  # untracked by _FastSend.on_response / cancel / _untrack
+        topic = prepared.topic
+        parked = self._unrouted.get(topic)
+        if parked is None:
+            parked = self._unrouted[topic] = []
+            task = asyncio.ensure_future(self._start_when_routed(topic, parked))
+            self._route_tasks.add(task)
+            task.add_done_callback(self._route_tasks.discard)
+        parked.append(entry)
+
+    async def _start_when_routed(self, topic: str, parked: list[_Backlogged]) -> None:
+        try:
+            info = await self._find_publish_info(topic)
+            inst = self._running_instance()
+            table = inst.broker_addr_table
+            addrs = {
+                addr
+                for name in {mq.broker_name for mq in info.message_queues}
+                if (addr := (table.get(name) or {}).get(MASTER_ID)) is not None
+            }
+            remoting = inst.api.remoting
+            await asyncio.gather(*(remoting.get_connection(a) for a in addrs), return_exceptions=True)
+        except asyncio.CancelledError:  # the loop is closing: so are the sends that waited
+            self._unrouted.pop(topic, None)
+            for entry in parked:
+                entry.out.cancel()
+            raise
+        except Exception:  # (no route, no NameServer, not running...)
+            pass  # each send's attempt loop meets the error itself, with its retries, and reports it
+        self._unrouted.pop(topic, None)  # later sends no longer queue behind these
+        submit = self._async_permits.submit
+        for entry in parked:
+            submit(entry)
 
     def _start_fast(
         self, out: _SendFuture, prepared: _Prepared, timeout: float | None, info: TopicPublishInfo | None = None,
@@ -1160,10 +1217,6 @@ class Producer:
             return False
         out._fast = pending  # a cancelled send frees its slot at once (_SendFuture.cancel)
         return True
-
-    async def _send_prepared_async(self, prepared: _Prepared, timeout: float | None) -> SendResult:
-        await self._async_permits.acquire()
-        return await self._send_holding_permit(prepared, timeout)
 
     async def _send_holding_permit(self, prepared: _Prepared, timeout: float | None) -> SendResult:
         """A backlogged send that could not take the callback path: the usual attempts, then the permit
@@ -1221,7 +1274,8 @@ def _budget_timeout(topic: str, cost: float, budget: float) -> RemotingTimeoutEr
 
 
 class _Backlogged:
-    """A prepared async send waiting in the producer's _InflightLimiter for a permit."""
+    """A prepared async send waiting in the producer's _InflightLimiter for a permit, or for its topic's
+    route or broker connection (Producer._park_until_routed)."""
 
     __slots__ = ("producer", "out", "prepared", "timeout")
 
