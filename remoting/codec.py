@@ -446,6 +446,7 @@ _SEND_BATCH_MESSAGE = 320
 _SEND_V2_CONSTANT_NAMES = ("a", "b", "c", "d", "e", "f", "h", "j", "k", "l", "m")
 _send_v2_required = operator.itemgetter("a", "b", "c", "d", "e", "f", "h", "j", "k")
 _send_fixed_by_values: dict[tuple[Any, ...], SendFixed] = {}
+_STR_OR_NONE = frozenset((str, type(None)))
 
 
 def _named_constants(names: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
@@ -464,6 +465,10 @@ def _attach_send_fixed_by_values(cmd: RemotingCommand, ext: dict[str, Any]) -> N
     get = ext.get
     try:
         key = (*_send_v2_required(ext), get("l"), get("m"))
+        if not _STR_OR_NONE.issuperset(map(type, key)):
+            # Numbers (the C++ core writes d, e, f, h and l so): exact types in the key as well, since 1, 1.0
+            # and True are equal keys that decode differently, and a SendFixed's header memo is exact.
+            key += tuple(map(type, key))
         g = ext["g"]
         i = ext["i"]
         if g.__class__ is not str or i.__class__ is not str:
@@ -474,7 +479,7 @@ def _attach_send_fixed_by_values(cmd: RemotingCommand, ext: dict[str, Any]) -> N
     except (KeyError, TypeError):  # an entry missing (the generic decoder names it), or unhashable
         return
     if fixed is None:
-        constant = _named_constants(_SEND_V2_CONSTANT_NAMES, key)
+        constant = _named_constants(_SEND_V2_CONSTANT_NAMES, key[:11])
         fixed = _remember(_send_fixed_by_values, key, SendFixed(constant, len(constant) + 2), _SEND_FIXED_MAX)
     cmd.send_fixed = fixed
     cmd.send_gi = (g, i)

@@ -267,8 +267,7 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
             return h
     if len(_send_v2_memo) >= _SEND_V2_MEMO_MAX:
         _send_v2_memo.clear()
-    _send_v2_memo[key] = (h.topic, h.queue_id, h.sys_flag, h.flag, h.reconsume_times, h.producer_group,
-                          h.default_topic, h.default_topic_queue_nums, h.unit_mode, h.batch, h.max_reconsume_times)
+    _send_v2_memo[key] = _memo_tuple(h)
     return h
 
 
@@ -285,11 +284,13 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
         key = tuple(get(k) for k in _SEND_V2_KEY_NAMES)
         c = _send_v2_memo.get(key)
         if c is None:
-            decode_send_header_v2(ext)  # decodes (or refuses) the whole header, memoizing its fixed part
+            h = decode_send_header_v2(ext)  # decodes (or refuses) the whole header, memoizing its fixed part
             c = _send_v2_memo.get(key)
-            if c is None:  # not memoizable (a non-str value, ...): the generic decoder every time
-                fixed.header = False
-                return decode_send_header_v2(ext)
+            if c is None:
+                c = _exact_memo(key, ext, h)
+                if c is None:  # not memoizable (a float, a missing entry, ...): the generic decoder every time
+                    fixed.header = False
+                    return h
         # The fields the broker's send path reads, as the SendFixed's own slots first (see SendFixed).
         fixed.topic = c[SEND_MEMO_TOPIC]
         fixed.queue_id = c[SEND_MEMO_QUEUE_ID]
@@ -307,6 +308,24 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
     except ValueError:
         return decode_send_header_v2(ext)  # names the bad field
     return send_header_from_memo(c, born, ext["i"])
+
+
+def _exact_memo(key: tuple[Any, ...], ext: dict[str, Any], h: SendMessageRequestHeader) -> tuple[Any, ...] | None:
+    """The memo tuple of a SendFixed whose constant values are strs and ints (the C++ core writes d, e, f, h and
+    l as numbers), which the value-keyed _send_v2_memo does not take (1, 1.0 and True are equal keys there,
+    and decode differently); a SendFixed's values are exact (its bytes, or its values with their types), so
+    `h`'s constant fields hold for every send that carries it. None for anything else."""
+    for n, v in enumerate(key):
+        if v.__class__ is not str and v.__class__ is not int and not (
+            n == 9 and v is None and ext.get("maxReconsumeTimes") is None
+        ):
+            return None
+    return _memo_tuple(h)
+
+
+def _memo_tuple(h: SendMessageRequestHeader) -> tuple[Any, ...]:
+    return (h.topic, h.queue_id, h.sys_flag, h.flag, h.reconsume_times, h.producer_group, h.default_topic,
+            h.default_topic_queue_nums, h.unit_mode, h.batch, h.max_reconsume_times)
 
 
 def send_header_v2_of_command(cmd: Any) -> SendMessageRequestHeader:

@@ -24,6 +24,7 @@ from remoting.codec import (
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import ProtocolError
+from remoting.headers import HeaderError, decode_send_header_v2, send_header_v2_of_command
 
 # A Java client's SendMessageRequestHeaderV2 entries in its HashMap's order (a..m), l left out when null.
 JAVA = {"a": "PG", "b": "ShapeT", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "", "h": "0", "i": "",
@@ -358,6 +359,42 @@ def test_a_signed_json_send_is_read_by_its_shape_with_the_signature_as_a_variabl
         cmd = same(frame(k))
         assert cmd is not None and cmd.ext_fields["Signature"] == f"sig{k}/+=" and cmd.send_gi == (str(k), f"p{k}")
     assert len(codec._json_shapes) == 1
+
+
+def cpp_send_frame(n: int, **values: Any) -> bytes:
+    """A SEND_MESSAGE_V2 as the C++ core writes it (real-client-wire.md): signed, d e f h l as numbers."""
+    ext = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": f"sig{n}/+=", **ext_of(str(n), f"p{n}"),
+           "d": 4, "e": 1, "f": 0, "h": 0, "k": "0", "l": 16, "m": "0", **values}
+    return frame_of(json.dumps({"code": 310, "extFields": dict(sorted(ext.items())), "flag": 0, "language": "CPP",
+                                "opaque": n, "remark": "", "version": 333}, separators=(",", ":")).encode() + b"\n", 0)
+
+
+def test_a_cpp_send_header_with_numbers_is_decoded_from_its_send_fixed_memo() -> None:
+    """The C++ core's numbers do not keep its sends from the SendFixed's memo of the decoded constant fields:
+    after the first, a send's header is its g and i on top of the memo, and equals the full decode."""
+    for k in range(3):
+        cmd = same(cpp_send_frame(k))
+        assert cmd is not None
+        h = send_header_v2_of_command(cmd)
+        assert h == decode_send_header_v2(cmd.ext_fields)
+        assert (h.queue_id, h.default_topic_queue_nums, h.max_reconsume_times, h.born_timestamp) == (1, 4, 16, k)
+        assert cmd.send_fixed.header.__class__ is tuple  # the memo (False: decoded in full every time)
+
+
+@pytest.mark.parametrize(("field", "first", "then"), [("a", 1, True), ("a", 1, 1.0), ("k", 1, 1.0)])
+def test_equal_numbers_of_other_types_do_not_share_a_send_fixed(field: str, first: Any, then: Any) -> None:
+    """1, True and 1.0 are equal dict keys but decode differently (producer group "1", "true" or "1.0"; unit
+    mode true or false): each header gets what the full decoder gives it, memo or not."""
+    for k, value in enumerate((first, then, first, then)):
+        cmd = same(cpp_send_frame(k, **{field: value}))
+        assert cmd is not None
+        try:
+            want = decode_send_header_v2(cmd.ext_fields)
+        except HeaderError:
+            with pytest.raises(HeaderError):
+                send_header_v2_of_command(cmd)
+        else:
+            assert send_header_v2_of_command(cmd) == want
 
 
 @pytest.mark.parametrize("wire", ["json", "rocketmq"])
