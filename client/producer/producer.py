@@ -1167,8 +1167,16 @@ class Producer:
             for entry in parked:
                 entry.out.cancel()
             raise
-        except Exception:  # (no route, no NameServer, not running...)
-            pass  # each send's attempt loop meets the error itself, with its retries, and reports it
+        except Exception as e:  # no route, no NameServer, not running: what each send's attempt loop raises
+            self._unrouted.pop(topic, None)
+            for entry in parked:
+                out = entry.out
+                out._fast = None
+                self._inflight.discard(out)
+                if not out.done():
+                    out.set_exception(e)
+                    out.exception()  # retrieved, as _untrack marks it: a caller may have dropped its future
+            return
         self._unrouted.pop(topic, None)  # later sends no longer queue behind these
         submit = self._async_permits.submit
         for entry in parked:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,9 +80,21 @@ async def test_a_burst_with_no_route_fails_each_send_as_the_attempt_loop_does(tm
     ns, ns_addr = start_namesrv(tmp_path)  # no broker: the NameServer knows no topic, not even TBW102
     try:
         async with Producer("first_burst_noroute_pg", ns_addr, max_async_inflight=4) as p:
+            asked: list[tuple[str, bool]] = []
+            inst = p.instance
+            lookup = inst.update_topic_route_info_from_name_server
+
+            async def counted(topic: str, **kw: Any) -> bool:
+                asked.append((topic, kw.get("is_default", False)))
+                return await lookup(topic, **kw)
+
+            inst.update_topic_route_info_from_name_server = counted  # type: ignore[method-assign]
             futs = [p.send_async(Message("NoRouteBurstT", b"x")) for _ in range(10)]
             done = await asyncio.wait_for(asyncio.gather(*futs, return_exceptions=True), 20)
             assert all(isinstance(e, NoRouteError) for e in done), done
+            # One lookup for the burst (the topic, then the auto-create template), not one more per send
+            # after it failed: with a NameServer that does not answer, each would wait its timeout again.
+            assert asked == [("NoRouteBurstT", False), ("NoRouteBurstT", True)]
             _idle(p)
             # A later send to a topic that has no route fails the same way, and is not parked forever.
             with pytest.raises(NoRouteError):
@@ -89,3 +102,14 @@ async def test_a_burst_with_no_route_fails_each_send_as_the_attempt_loop_does(tm
             _idle(p)
     finally:
         ns.terminate()
+
+
+async def test_sends_waiting_for_their_route_still_go_out_when_shutdown_begins(
+    cluster: tuple[str, str, Daemon],
+) -> None:
+    ns, _broker, _d = cluster
+    p = Producer("first_burst_shutdown_pg", ns)
+    await p.start()
+    futs = [p.send_async(Message("FirstBurstShutdownT", b"s%d" % i)) for i in range(50)]
+    await asyncio.wait_for(p.shutdown(), 20)  # waits (bounded) for what it accepted
+    assert all(f.done() and f.result().status is SendStatus.SEND_OK for f in futs)
