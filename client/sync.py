@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
 import functools
 import inspect
 import os
 import threading
-from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, Generic, TypeVar
+
+import structlog
 
 from remoting.loop import new_event_loop
 
@@ -37,12 +40,69 @@ T = TypeVar("T")
 
 __all__ = ["Admin", "LoopThread", "Producer", "get_loop_thread", "run"]
 
+log = structlog.get_logger("client.sync")
+
+
+class _LoopFuture(concurrent.futures.Future, Generic[T]):  # type: ignore[type-arg]
+    """The caller's side of work started on the loop thread by LoopThread.start_future: completed from the
+    asyncio future the work returned, with no Task and no chain of callbacks (run_coroutine_threadsafe's).
+    cancel() while pending cancels that work on the loop, as run_coroutine_threadsafe's future does."""
+
+    _aio: asyncio.Future[Any] | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def cancel(self) -> bool:
+        if not super().cancel():
+            return False
+        aio = self._aio  # (None: not started yet; _start sees the cancel and starts nothing)
+        if aio is not None and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(aio.cancel)
+            except RuntimeError:  # the loop is closed: nothing runs there any more
+                pass
+        return True
+
+    def _start(self, begin: Callable[[], Any]) -> None:
+        """On the loop thread: begin the work, unless cancelled meanwhile."""
+        if self.cancelled():
+            return
+        try:
+            aio = begin()
+            if not asyncio.isfuture(aio):
+                aio = asyncio.ensure_future(aio)  # a coroutine: its own Task after all
+        except BaseException as e:  # noqa: BLE001 - the caller gets whatever starting it raised
+            self._finish_with(None, e)
+            return
+        self._aio = aio
+        aio.add_done_callback(self._done)
+        if self.cancelled():  # cancelled between the check above and _aio being set
+            aio.cancel()
+
+    def _done(self, aio: asyncio.Future[Any]) -> None:
+        if aio.cancelled():
+            super().cancel()
+            return
+        exc = aio.exception()
+        self._finish_with(None if exc is not None else aio.result(), exc)
+
+    def _finish_with(self, result: Any, exc: BaseException | None) -> None:
+        try:
+            if exc is not None:
+                self.set_exception(exc)
+            else:
+                self.set_result(result)
+        except concurrent.futures.InvalidStateError:  # the caller cancelled it meanwhile
+            pass
+
 
 class LoopThread:
     """An event loop running forever in a daemon thread."""
 
     def __init__(self, name: str = "rocketmq-client-loop") -> None:
         self.loop = new_event_loop()
+        # Work handed to the loop by start_future, run in call order by one _drain per loop wake-up.
+        self._calls: collections.deque[tuple[_LoopFuture[Any], Callable[[], Any]]] = collections.deque()
+        self._drain_scheduled = False
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -67,6 +127,37 @@ class LoopThread:
                 "use the async API there"
             )
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def start_future(self, begin: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Call begin() on the loop thread and return a future of the asyncio future (or coroutine) it returns.
+
+        For many small requests from other threads (pipelined sends): the calls made before the loop thread
+        gets to them are handed over together, with one wake-up of the loop, and an asyncio future is
+        chained as it is, without a Task (run_coroutine_threadsafe costs both per call). begin() runs in
+        call order; what it raises is the future's exception."""
+        if self.in_loop_thread():
+            raise RuntimeError(
+                "blocking client call made from the client's own event-loop thread (e.g. inside a callback): "
+                "use the async API there"
+            )
+        fut: _LoopFuture[Any] = _LoopFuture()
+        fut._loop = self.loop
+        self._calls.append((fut, begin))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except BaseException:
+                self._drain_scheduled = False
+                raise
+        return fut
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False  # (first: a call appended from now on schedules the next drain)
+        calls = self._calls
+        while calls:
+            fut, begin = calls.popleft()
+            fut._start(begin)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         fut = self.submit(coro)
@@ -163,7 +254,12 @@ class Producer:
     def send(
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
-        return self._runner.run(self._p.send(msg, queue=queue, timeout=timeout))
+        fut = self._runner.start_future(functools.partial(self._p.send_future, msg, queue=queue, timeout=timeout))
+        try:
+            return fut.result()
+        except BaseException:
+            fut.cancel()  # (interrupted: KeyboardInterrupt, ...)
+            raise
 
     def send_async(
         self,
@@ -173,12 +269,9 @@ class Producer:
         queue: MessageQueue | None = None,
         timeout: float | None = None,
     ) -> concurrent.futures.Future[SendResult]:
-        p = self._p
-
-        async def go() -> SendResult:
-            return await p.send_async(msg, callback, queue=queue, timeout=timeout)
-
-        return self._runner.submit(go())
+        return self._runner.start_future(
+            functools.partial(self._p.send_async, msg, callback, queue=queue, timeout=timeout)
+        )
 
     def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         self._runner.run(self._p.send_oneway(msg, queue=queue))
@@ -242,7 +335,7 @@ class Admin:
 
 # ------------------------------------------------------------------------------------------ consumers
 
-from collections.abc import Callable, Iterator  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 
 from .consumer import lite_pull_consumer as _lite  # noqa: E402
 from .consumer import push_consumer as _push  # noqa: E402

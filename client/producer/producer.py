@@ -495,6 +495,30 @@ class Producer:
                 return await fut
         return await self._send_now(msg, queue, timeout)
 
+    def send_future(
+        self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> asyncio.Future[SendResult]:
+        """send(), started now, as a future: on the callback path (route known, connection open) without a
+        coroutine or Task, which a caller driving the loop from another thread (client.sync) would pay per
+        message; otherwise send() in a Task. Raises what send() raises before anything is sent."""
+        if self._state is not _RUNNING:
+            raise self._not_accepting()
+        acc = self.accumulator
+        if acc is not None:
+            fut = acc.add(msg, queue, timeout, True)
+            if fut is not None:
+                return fut
+        if queue is None and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
+            info = self._instance.get_publish_info(msg.topic)  # type: ignore[union-attr]
+            if info is not None:
+                prepared = self._prepare_now(msg)
+                out = self._start_sync_fast(prepared, timeout, info)
+                if out is not None:
+                    return out
+                # (as prepared: preparing twice would pop a retry message's reconsume properties twice)
+                return asyncio.ensure_future(self._send_prepared_sync(prepared, queue, timeout))
+        return asyncio.ensure_future(self._send_now(msg, queue, timeout))
+
     async def _send_now(self, msg: Message, queue: MessageQueue | None, timeout: float | None) -> SendResult:
         """send() without auto-batching."""
         if queue is None and self._state is _RUNNING and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
