@@ -2,7 +2,8 @@
 flight, and send_batch(32), 1 KiB bodies; and a fresh producer's first burst: `--count` send_async
 fired at once right after start() by a producer with its own client instance (the route unknown, no
 broker connection open), its wall time and the process's CPU a send, against the same producer's next
-burst. Starts its own NameServer and broker (subprocesses on free loopback ports, store in a temp dir)
+burst; and the blocking facade (client.sync, as a thread without an event loop uses it): send one at a
+time, and send_async with `--inflight` in flight. Starts its own NameServer and broker (subprocesses on free loopback ports, store in a temp dir)
 unless -n is given. Not a test: figures vary by machine.
 
     .venv/bin/python bench/bench_producer.py [--count 5000] [--inflight 256] [--runs 3] [-n ADDR]
@@ -79,6 +80,39 @@ async def bench(addr: str, count: int, inflight: int, runs: int, size: int) -> d
     return results | firsts
 
 
+def bench_blocking(addr: str, count: int, inflight: int, runs: int, size: int) -> dict[str, list[float]]:
+    """The blocking facade from this (plain) thread: msgs/s of send() and of send_async() with at most
+    `inflight` unfinished, waited for one by one as a thread would."""
+    import threading
+
+    from client import sync as blocking
+
+    body = b"x" * size
+    out: dict[str, list[float]] = {"blocking send": [], "blocking send_async": []}
+    with blocking.Producer("bench_blocking", addr, max_async_inflight=inflight) as p:
+        for _ in range(200):
+            p.send(Message(TOPIC, body))
+        for r in range(runs):
+            n = max(1, count // 5)
+            t = time.perf_counter()
+            for _ in range(n):
+                p.send(Message(TOPIC, body))
+            out["blocking send"].append(n / (time.perf_counter() - t))
+            room = threading.BoundedSemaphore(inflight)
+            t = time.perf_counter()
+            futs = []
+            for _ in range(count):
+                room.acquire()
+                f = p.send_async(Message(TOPIC, body))
+                f.add_done_callback(lambda _f, room=room: room.release())
+                futs.append(f)
+            for f in futs:
+                f.result()
+            out["blocking send_async"].append(count / (time.perf_counter() - t))
+            print(f"blocking run {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f} msg/s" for k, v in out.items()), flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=5000, help="messages per mode per run")
@@ -100,6 +134,7 @@ def main() -> int:
         daemons.append(br)
     try:
         res = run(bench(addr, args.count, args.inflight, args.runs, args.size))
+        res |= bench_blocking(addr, args.count, args.inflight, args.runs, args.size)
     finally:
         for d in reversed(daemons):
             d.terminate()
@@ -108,11 +143,11 @@ def main() -> int:
     )
     for k, v in res.items():
         if k.endswith("_ms"):
-            print(f"  {k:<16} {statistics.median(v):>10,.1f} ms ({args.count} send_async)")
+            print(f"  {k:<20} {statistics.median(v):>10,.1f} ms ({args.count} send_async)")
         elif k.endswith("_us"):
-            print(f"  {k:<16} {statistics.median(v):>10,.1f} us of client CPU a send")
+            print(f"  {k:<20} {statistics.median(v):>10,.1f} us of client CPU a send")
         else:
-            print(f"  {k:<16} {statistics.median(v):>10,.0f} msg/s")
+            print(f"  {k:<20} {statistics.median(v):>10,.0f} msg/s")
     return 0
 
 
