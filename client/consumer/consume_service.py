@@ -22,7 +22,6 @@ ConsumeMessageOrderlyService
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import inspect
 import time
@@ -43,6 +42,7 @@ from .listener import (
     ConsumeOrderlyStatus,
     MessageModel,
 )
+from .listener_threads import ListenerThreads
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -71,18 +71,15 @@ class ListenerInvoker:
     def __init__(self, fn: Callable[..., Any], max_threads: int, name: str) -> None:
         self.fn = fn
         self.is_async = is_async_callable(fn)
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads: ListenerThreads | None = None
         if not self.is_async:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_threads, thread_name_prefix=f"ConsumeMessageThread_{name}"
-            )
+            self._threads = ListenerThreads(fn, max_threads, name)
 
     async def __call__(self, msgs: list[MessageExt], context: Any) -> Any:
         if self.is_async:
             result = await self.fn(msgs, context)
         else:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._executor, self.fn, msgs, context)
+            result = await self._threads.submit(msgs, context)  # type: ignore[union-attr]
         if type(result) in _STATUS_TYPES:  # the usual answer: no (slow, ABC-based) awaitable check
             return result
         if inspect.isawaitable(result):
@@ -90,8 +87,8 @@ class ListenerInvoker:
         return result
 
     def shutdown(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown()
 
 
 _STATUS_TYPES = (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus)

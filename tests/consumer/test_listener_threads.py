@@ -1,0 +1,112 @@
+"""The threads a plain-function listener runs in: calls handed over in order, blocking calls side by side,
+outcomes back to the loop many per wake-up, errors and cancellation as run_in_executor gave them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from client.consumer.listener_threads import ListenerThreads
+
+
+class Counting(ListenerThreads):
+    delivers = 0
+
+    def _deliver(self) -> None:
+        self.delivers += 1
+        super()._deliver()
+
+
+async def test_outcomes_that_arrive_while_the_loop_is_busy_come_back_in_one_wake_up() -> None:
+    pool = Counting(lambda msgs, ctx: [m * 2 for m in msgs], 4, "t1")
+    try:
+        futs = [pool.submit([k], None) for k in range(50)]
+        time.sleep(0.3)  # the loop thread busy: the threads finish every call meanwhile
+        assert await asyncio.wait_for(asyncio.gather(*futs), 10) == [[k * 2] for k in range(50)]
+        assert pool.delivers == 1
+        assert 1 <= pool.threads <= 4
+    finally:
+        pool.shutdown()
+
+
+async def test_blocking_calls_run_side_by_side_up_to_the_limit() -> None:
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow(msgs: Any, ctx: Any) -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+        return "ok"
+
+    pool = ListenerThreads(slow, 8, "t2")
+    try:
+        t0 = time.monotonic()
+        assert await asyncio.wait_for(asyncio.gather(*(pool.submit([], None) for _ in range(16))), 10) == ["ok"] * 16
+        assert most == 8 and pool.threads == 8
+        assert time.monotonic() - t0 < 1.2  # two rounds of 0.2 s, not sixteen
+    finally:
+        pool.shutdown()
+
+
+async def test_errors_reach_the_caller_and_a_cancelled_call_is_skipped() -> None:
+    called: list[int] = []
+    gate = threading.Event()
+
+    def fn(msgs: list[int], ctx: Any) -> int:
+        if msgs == [0]:
+            gate.wait(10)
+        called.append(msgs[0])
+        if msgs[0] == 2:
+            raise ValueError("listener failed")
+        if msgs[0] == 3:
+            raise KeyboardInterrupt  # a BaseException: still the call's outcome, not the thread's end
+        return msgs[0]
+
+    pool = ListenerThreads(fn, 1, "t3")
+    try:
+        first = pool.submit([0], None)  # holds the only thread
+        skipped = pool.submit([1], None)
+        fails = pool.submit([2], None)
+        interrupted = pool.submit([3], None)
+        after = pool.submit([4], None)
+        skipped.cancel()
+        gate.set()
+        assert await asyncio.wait_for(first, 10) == 0
+        with pytest.raises(ValueError, match="listener failed"):
+            await asyncio.wait_for(fails, 10)
+        with pytest.raises(KeyboardInterrupt):
+            await asyncio.wait_for(interrupted, 10)
+        assert await asyncio.wait_for(after, 10) == 4
+        assert called == [0, 2, 3, 4]
+    finally:
+        pool.shutdown()
+
+
+async def test_shutdown_cancels_queued_calls_lets_running_ones_finish_and_refuses_new_ones() -> None:
+    gate = threading.Event()
+    pool = ListenerThreads(lambda msgs, ctx: gate.wait(10) and "done", 1, "t4")
+    running = pool.submit([], None)
+    queued = pool.submit([], None)
+    deadline = time.monotonic() + 10
+    while len(pool._calls) != 1 and time.monotonic() < deadline:  # until the thread has taken the first call
+        await asyncio.sleep(0.01)
+    pool.shutdown()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(queued, 10)
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit([], None)
+    gate.set()
+    assert await asyncio.wait_for(running, 10) == "done"
+    thread = pool._threads[0]
+    thread.join(10)
+    assert not thread.is_alive()
