@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -243,9 +244,10 @@ async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, A
 
 async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None,
                  role: str = "both", stamps: list[tuple[int, int]] | None = None,
-                 auto_batch: bool = False) -> dict[str, Any]:
+                 auto_batch: bool = False, thread_listener: bool = False, consume_batch: int = 32) -> dict[str, Any]:
     """Push consumption; with `rate`, e2e (each message's latency from its send stamp). `stamps` also gets
-    each message's (send ns, arrival ns) (bench/read_timeline.py)."""
+    each message's (send ns, arrival ns) (bench/read_timeline.py). `thread_listener` (push_consume only): a
+    plain-function listener, run in the consumer's threads as a blocking listener would be."""
     got = 0
     lat: list[float] = []
     done = asyncio.Event()
@@ -273,10 +275,21 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
             done.set()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
+    loop = asyncio.get_running_loop()
+    lock = threading.Lock()
+
+    def plain_listener(msgs: list[Any], _ctx: Any) -> ConsumeConcurrentlyStatus:  # in a consume thread
+        nonlocal got
+        with lock:
+            got += len(msgs)
+            if got >= count:
+                loop.call_soon_threadsafe(done.set)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
     cfw = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET if rate else ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-    c = PushConsumer(group, ns, consume_from_where=cfw, pull_batch_size=64, consume_message_batch_max_size=32)
+    c = PushConsumer(group, ns, consume_from_where=cfw, pull_batch_size=64, consume_message_batch_max_size=consume_batch)
     c.subscribe(topic, "*")
-    c.register_listener(listener)
+    c.register_listener(plain_listener if thread_listener and not rate else listener)
     await c.start()
     try:
         if rate and role == "consumer":
@@ -357,7 +370,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
         group = f"bench_{w}_{time.time_ns()}"
         if w == "litepull_consume":
             return await w_litepull(a.namesrv, topic, a.count, group)
-        return await w_push(a.namesrv, topic, a.count, group, body, None)
+        return await w_push(a.namesrv, topic, a.count, group, body, None, thread_listener=a.listener == "thread",
+                            consume_batch=a.consume_batch)
     if w == "e2e":
         if a.role == "producer":
             return await e2e_send(a.namesrv, topic, a.count, body, a.rate, a.auto_batch)
@@ -384,6 +398,10 @@ def main() -> int:
     ap.add_argument("--no-preload", action="store_true")
     ap.add_argument("--auto-batch", action="store_true",
                     help="the sending workloads' producer gathers its sends into batches (Producer(auto_batch=True))")
+    ap.add_argument("--listener", choices=["async", "thread"], default="async",
+                    help="push_consume: an async def listener on the loop, or a plain function in the consume threads")
+    ap.add_argument("--consume-batch", type=int, default=32,
+                    help="push_consume: messages per listener call (consumeMessageBatchMaxSize)")
     ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
                     help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
     a = ap.parse_args()
