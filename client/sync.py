@@ -26,8 +26,6 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
-import structlog
-
 from remoting.loop import new_event_loop
 
 from . import admin as _admin
@@ -39,8 +37,6 @@ from .producer.selector import MessageQueueSelector, SelectorFunction
 T = TypeVar("T")
 
 __all__ = ["Admin", "LoopThread", "Producer", "get_loop_thread", "run"]
-
-log = structlog.get_logger("client.sync")
 
 
 class _LoopFuture(concurrent.futures.Future, Generic[T]):  # type: ignore[type-arg]
