@@ -158,6 +158,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._ready_event: asyncio.Event | None = None
         self._cached_total = 0
         self._deferred_total = 0  # messages found by pulls, not decoded yet (upper bound)
+        # Queues whose pull loop waits out a flow-control delay (_pre_pull), by queue: woken early by _wake_held.
+        self._held: dict[MessageQueue, PullRequest] = {}
         self._state = "CREATE_JUST"
         self._instance: MQClientInstance | None = None
         self._owns_instance = False
@@ -390,18 +392,24 @@ class LitePullConsumer(SubscriptionInfoHooks):
             return st, None  # type: ignore[return-value]
         if st.paused:
             return st, PULL_TIME_DELAY_MILLS_WHEN_PAUSE / 1000
+        if self._held:
+            self._held.pop(st.mq, None)  # (its delay is over: an early wake must not cut a later one short)
         fc = PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL / 1000
-        if self._cached_total + self._deferred_total > self.pull_threshold_for_all:
-            return st, fc
-        if pq.msg_count + st.deferred_count > self.pull_threshold_for_queue:
-            return st, fc
-        if (pq.msg_size + st.deferred_bytes) // (1024 * 1024) > self.pull_threshold_size_for_queue:
+        if (
+            self._cached_total + self._deferred_total > self.pull_threshold_for_all
+            or pq.msg_count + st.deferred_count > self.pull_threshold_for_queue
+            or (pq.msg_size + st.deferred_bytes) // (1024 * 1024) > self.pull_threshold_size_for_queue
+        ):
+            # Held for the delay, or until poll() has taken the cache down to half of what stopped it
+            # (_wake_held): a fast poller would otherwise empty the cache and wait out the rest of it.
+            self._held[st.mq] = req
             return st, fc
         span = pq.max_span()
         if st.deferred_count:
             first = pq.first_offset()
             span = max(span, st.pull_offset - 1 - (st.deferred_first if first is None else first))
         if span > self.consume_max_span:
+            self._held[st.mq] = req  # (woken as above; this check then decides again)
             return st, fc
         return st, True
 
@@ -592,6 +600,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
             offset = st.pq.remove_messages(msgs)
             if offset >= 0:
                 st.consume_offset = offset
+            if self._held:
+                self._wake_held()
             return msgs
         # Drop stale entries (dropped or reseeked queues) so they do not pile up.
         if self._ready:
@@ -600,6 +610,22 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._ready = collections.deque(it for it in self._ready if it not in stale)
                 self._cached_total -= sum(len(it[2]) for it in stale)
         return None
+
+    def _wake_held(self) -> None:
+        """Resume the pulls flow control holds whose caches are down to half of the count and size thresholds
+        (_pre_pull then checks everything again, the span included)."""
+        if (self._cached_total + self._deferred_total) * 2 > self.pull_threshold_for_all:
+            return
+        for mq, req in list(self._held.items()):
+            st = self._queues.get(mq)
+            if st is not None and st.pq is req.process_queue:
+                pq = st.pq
+                if (pq.msg_count + st.deferred_count) * 2 > self.pull_threshold_for_queue or (
+                    (pq.msg_size + st.deferred_bytes) * 2 // (1024 * 1024) > self.pull_threshold_size_for_queue
+                ):
+                    continue
+                self.pull_service.wake(req)
+            del self._held[mq]
 
     async def poll(self, timeout: float | None = None) -> list[MessageExt]:
         """The next batch of messages (one queue's, in offset order), or [] after `timeout`

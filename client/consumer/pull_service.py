@@ -201,6 +201,15 @@ class PullMessageService:
             # Nothing was sent or awaited: a loop turn in between (no busy spin inside one callback).
             lp.timer = asyncio.get_running_loop().call_soon(self._step, lp)
 
+    def wake(self, req: PullRequest) -> None:
+        """Take the request's next pull now rather than at the end of the delay it is waiting out (the
+        consumer's flow control found room again); nothing when a pull is in flight or the loop ended."""
+        lp = req.pull_loop
+        if lp is None or not lp.active or lp.timer is None or self._stopped:
+            return
+        lp.timer.cancel()
+        lp.timer = asyncio.get_running_loop().call_soon(self._step, lp)
+
     def stop_queue(self, mq: MessageQueue, pq: ProcessQueue | None = None) -> None:
         """Stop the queue's loop (its ProcessQueue was dropped); with `pq`, only a loop feeding it."""
         lp = self._loops.get(mq)

@@ -229,3 +229,38 @@ async def test_next_pull_goes_out_before_the_answer_is_decoded_and_a_bad_body_is
         assert c.position(queues[0]) == 6
     finally:
         await c.shutdown()
+
+
+async def test_flow_control_resumes_pulling_once_polls_take_the_cache_down(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue held by flow control pulls again as soon as poll() has taken its cache down to half the
+    threshold, not only after the flow-control delay (RocketMQ's 50 ms, during which a fast poller found
+    an empty cache): with the delay made a minute long here, reading past the first full cache would
+    time out otherwise. The cache still stays within the threshold (plus the batch a pull may add)."""
+    from client.consumer import lite_pull_consumer
+
+    monkeypatch.setattr(lite_pull_consumer, "PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL", 60_000)
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 1)
+    sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 400)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                         pull_batch_size=16, pull_threshold_for_queue=48)
+    c.assign(queues)
+    await c.start()
+    try:
+        # Nothing polled yet: the pulls fill the cache past the threshold, and flow control holds the queue.
+        st = c._queues[queues[0]]
+        await wait_until(lambda: st.pq.msg_count > 48, 10, "the cache to fill past the threshold")
+        await asyncio.sleep(0.2)
+        got: list[MessageExt] = []
+        most = 0
+        deadline = time.monotonic() + 20
+        while len(got) < len(sent):
+            assert time.monotonic() < deadline, f"polled {len(got)} of {len(sent)}: a held pull was not resumed"
+            most = max(most, st.pq.msg_count + st.deferred_count)
+            got.extend(await c.poll(0.5))
+        assert [m.body for m in got] == sent
+        assert most <= 48 + 16
+    finally:
+        await c.shutdown()
