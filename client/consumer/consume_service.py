@@ -33,6 +33,7 @@ import structlog
 from remoting.body import ConsumeMessageDirectlyResult
 from remoting.message import MessageConst, MessageExt, add_properties
 
+from ..listener_threads import ListenerThreads
 from ..message import MessageQueue
 from ..validators import RETRY_GROUP_TOPIC_PREFIX
 from .listener import (
@@ -42,7 +43,6 @@ from .listener import (
     ConsumeOrderlyStatus,
     MessageModel,
 )
-from .listener_threads import ListenerThreads
 from .process_queue import ProcessQueue
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class ListenerInvoker:
         self.is_async = is_async_callable(fn)
         self._threads: ListenerThreads | None = None
         if not self.is_async:
-            self._threads = ListenerThreads(fn, max_threads, name)
+            self._threads = ListenerThreads(fn, max_threads, f"ConsumeMessageThread_{name}")
 
     async def __call__(self, msgs: list[MessageExt], context: Any) -> Any:
         if self.is_async:

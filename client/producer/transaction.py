@@ -44,6 +44,7 @@ from remoting.headers import CheckTransactionStateRequestHeader, EndTransactionR
 from remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_offset_msg_id
 
 from ..errors import MQClientError
+from ..listener_threads import ListenerThreads
 from ..message import Message, SendResult, SendStatus
 from .producer import Producer
 
@@ -156,8 +157,9 @@ class TransactionProducer(Producer):
         check_thread_pool_size: how many check-backs are answered at once (RocketMQ: 1).
         check_request_hold_max: how many check-backs may wait; more are dropped (the broker asks
             again at its next round).
-        executor: where plain-function listener methods run; by default a thread pool of this
-            producer (`listener_threads` threads).
+        executor: where plain-function listener methods run; by default this producer's own
+            `listener_threads` threads (client.listener_threads: no concurrent future, no wake-up of
+            the event loop per call of their own).
         Other keyword arguments are Producer's.
     """
 
@@ -181,6 +183,7 @@ class TransactionProducer(Producer):
         self.check_request_hold_max = check_request_hold_max
         self._executor = executor
         self._own_executor = executor is None
+        self._threads: ListenerThreads | None = None  # (without an executor given: started by start())
         self._listener_threads = listener_threads or min(32, (os.cpu_count() or 1) + 4)
         self._check_slots: asyncio.Semaphore | None = None
         self._check_tasks: set[asyncio.Task[None]] = set()
@@ -190,11 +193,8 @@ class TransactionProducer(Producer):
         self.transaction_listener = listener
 
     async def start(self) -> None:
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self._listener_threads, thread_name_prefix=f"tx-listener-{self.group}"
-            )
-            self._own_executor = True
+        if self._executor is None and self._threads is None:
+            self._threads = ListenerThreads(None, self._listener_threads, f"tx-listener-{self.group}")
         if self._check_slots is None:
             self._check_slots = asyncio.Semaphore(self.check_thread_pool_size)
         await super().start()
@@ -212,6 +212,9 @@ class TransactionProducer(Producer):
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
         await super().shutdown()
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown()
         ex, self._executor = self._executor, None
         if ex is not None and self._own_executor:
             ex.shutdown(wait=False, cancel_futures=True)
@@ -380,8 +383,12 @@ class TransactionProducer(Producer):
         """Await an async listener method; run a plain one in the thread pool."""
         if _is_async(fn):
             return await fn(*args)
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor, functools.partial(fn, *args))
+        threads = self._threads
+        if threads is not None:
+            result = await threads.submit_call(fn, *args)
+        else:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._executor, functools.partial(fn, *args))
         if inspect.isawaitable(result):
             result = await result
         return result

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from client.consumer.listener_threads import ListenerThreads
+from client.listener_threads import ListenerThreads
 
 
 class Counting(ListenerThreads):

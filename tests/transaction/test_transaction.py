@@ -163,7 +163,7 @@ async def test_blocking_listener_runs_in_thread_pool(tx_cluster: TxCluster, remo
         assert now.local_transaction_state is COMMIT and later.local_transaction_state is UNKNOWN
         await eventually(lambda: len(threads) >= 3, timeout=10)
         await eventually(lambda: _has_two(remoting, c))
-        assert all(t != loop_thread for t in threads)
+        assert all(t != loop_thread and t.startswith("tx-listener-PG-blocking_") for t in threads)
 
 
 async def _has_two(remoting: RemotingClient, c: TxCluster) -> bool:

@@ -1,4 +1,5 @@
-"""The threads a plain-function (blocking) listener runs in.
+"""The threads a plain-function (blocking) listener runs in: a push consumer's message listener, a
+transaction producer's local-transaction listener.
 
 `run_in_executor` on a `concurrent.futures.ThreadPoolExecutor` cost a plain listener, per call, a
 concurrent future, a wrapped asyncio future with callbacks both ways, and a wake-up of the event loop
@@ -23,17 +24,21 @@ _Outcome = tuple["asyncio.Future[Any]", Any, "BaseException | None"]
 
 
 class ListenerThreads:
-    """Up to `max_threads` threads (started as calls need them) calling `fn(msgs, context)`."""
+    """Up to `max_threads` threads (started as calls need them, named `name`_1, _2, ...) calling
+    `fn(msgs, context)` (submit), or any function (submit_call)."""
 
-    def __init__(self, fn: Callable[[Any, Any], Any], max_threads: int, name: str) -> None:
+    def __init__(self, fn: Callable[..., Any] | None, max_threads: int, name: str) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be >= 1, got {max_threads}")
         self.fn = fn
         self.max_threads = max_threads
         self.name = name
         self._cv = threading.Condition(threading.Lock())
-        # Calls waiting for a thread; bounded by the caller (the consume service's workers, one call each).
-        self._calls: collections.deque[tuple[asyncio.Future[Any], Any, Any]] = collections.deque()
+        # Calls waiting for a thread, (future, function, arguments); bounded by the callers (the consume
+        # service's workers, one call each; a transaction producer's sends in flight).
+        self._calls: collections.deque[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            collections.deque()
+        )
         self._idle = 0  # threads waiting on _cv for a call
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -49,6 +54,10 @@ class ListenerThreads:
     def submit(self, msgs: Any, context: Any) -> asyncio.Future[Any]:
         """Queue a listener call (on the loop thread); the future gets what it returns or raises.
         Cancelling the future before a thread takes the call skips it."""
+        return self.submit_call(self.fn, msgs, context)  # type: ignore[arg-type]
+
+    def submit_call(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """submit() for fn(*args)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -56,19 +65,16 @@ class ListenerThreads:
         with self._cv:
             if self._closed:
                 raise RuntimeError(f"the listener threads of {self.name} are shut down")
-            self._calls.append((fut, msgs, context))
+            self._calls.append((fut, fn, args))
             if self._idle:
                 self._cv.notify()
             elif len(self._threads) < self.max_threads:
-                t = threading.Thread(
-                    target=self._run, name=f"ConsumeMessageThread_{self.name}_{len(self._threads) + 1}", daemon=True
-                )
+                t = threading.Thread(target=self._run, name=f"{self.name}_{len(self._threads) + 1}", daemon=True)
                 self._threads.append(t)
                 t.start()
         return fut
 
     def _run(self) -> None:
-        fn = self.fn
         cv = self._cv
         calls = self._calls
         outcomes = self._outcomes
@@ -82,11 +88,11 @@ class ListenerThreads:
                         cv.wait()
                     finally:
                         self._idle -= 1
-                fut, msgs, context = calls.popleft()
+                fut, fn, args = calls.popleft()
             if fut.cancelled():  # (a plain attribute read: safe from this thread)
                 continue
             try:
-                outcome: _Outcome = (fut, fn(msgs, context), None)
+                outcome: _Outcome = (fut, fn(*args), None)
             except BaseException as e:  # noqa: BLE001 - the awaiting coroutine gets it, as run_in_executor's
                 outcome = (fut, None, e)
             outcomes.append(outcome)
@@ -116,7 +122,7 @@ class ListenerThreads:
             queued = list(self._calls)
             self._calls.clear()
             self._cv.notify_all()
-        for fut, _msgs, _context in queued:
+        for fut, _fn, _args in queued:
             loop = fut.get_loop()
             try:
                 loop.call_soon_threadsafe(fut.cancel)
