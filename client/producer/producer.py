@@ -486,14 +486,20 @@ class Producer:
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
         """Send and wait for the broker's answer. With `queue`, send to that queue (one attempt)."""
+        fut = self._accept_send(msg, queue, timeout)
+        if fut is not None:
+            return await fut
+        return await self._send_now(msg, queue, timeout)
+
+    def _accept_send(
+        self, msg: Message, queue: MessageQueue | None, timeout: float | None
+    ) -> asyncio.Future[SendResult] | None:
+        """send()'s entry: refused when not running; with auto-batching, the message's future in a batch
+        (None: not batched, send it now)."""
         if self._state is not _RUNNING:
             raise self._not_accepting()
         acc = self.accumulator
-        if acc is not None:
-            fut = acc.add(msg, queue, timeout, True)
-            if fut is not None:
-                return await fut
-        return await self._send_now(msg, queue, timeout)
+        return acc.add(msg, queue, timeout, True) if acc is not None else None
 
     def send_future(
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -501,13 +507,9 @@ class Producer:
         """send(), started now, as a future: on the callback path (route known, connection open) without a
         coroutine or Task, which a caller driving the loop from another thread (client.sync) would pay per
         message; otherwise send() in a Task. Raises what send() raises before anything is sent."""
-        if self._state is not _RUNNING:
-            raise self._not_accepting()
-        acc = self.accumulator
-        if acc is not None:
-            fut = acc.add(msg, queue, timeout, True)
-            if fut is not None:
-                return fut
+        fut = self._accept_send(msg, queue, timeout)
+        if fut is not None:
+            return fut
         if queue is None and len(msg.body) <= _OFFLOAD_COMPRESS_OVER:
             info = self._instance.get_publish_info(msg.topic)  # type: ignore[union-attr]
             if info is not None:
