@@ -40,6 +40,19 @@ def runner() -> Iterator[CountingLoopThread]:
         r.stop()
 
 
+def _hold_the_loop(runner: LoopThread) -> threading.Event:
+    """Keep the loop thread busy (blocked in a callback) until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def block() -> None:
+        held.set()
+        release.wait(10)
+
+    runner.loop.call_soon_threadsafe(block)
+    assert held.wait(10)
+    return release
+
+
 def _resolved_later(loop: asyncio.AbstractEventLoop, value: Any) -> asyncio.Future[Any]:
     fut = loop.create_future()
     loop.call_soon(fut.set_result, value)
@@ -54,9 +67,9 @@ def test_calls_made_while_the_loop_is_busy_go_over_in_one_wake_up_in_call_order(
         started.append(k)
         return _resolved_later(loop, k * 10)
 
-    loop.call_soon_threadsafe(time.sleep, 0.3)  # the loop thread busy meanwhile
-    time.sleep(0.05)
+    release = _hold_the_loop(runner)
     futs = [runner.start_future(lambda k=k: begin(k)) for k in range(200)]
+    release.set()
     assert [f.result(10) for f in futs] == [k * 10 for k in range(200)]
     assert started == list(range(200))
     assert runner.drains == 1
@@ -83,10 +96,10 @@ def test_a_coroutine_runs_as_a_task_and_errors_reach_the_caller(runner: Counting
 def test_cancel_before_the_start_starts_nothing_and_after_it_cancels_the_work(runner: CountingLoopThread) -> None:
     loop = runner.loop
     begun = threading.Event()
-    loop.call_soon_threadsafe(time.sleep, 0.3)
-    time.sleep(0.05)
+    release = _hold_the_loop(runner)
     early = runner.start_future(lambda: begun.set())  # (would fail: not a future; never called)
     assert early.cancel()
+    release.set()
     with pytest.raises(concurrent.futures.CancelledError):
         early.result(10)
 
