@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -123,6 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     configure_logging(level="ERROR")
     daemons = []
+    tmp: Path | None = None
     addr = args.namesrv
     if addr is None:
         from tests.support.daemons import start_broker, start_namesrv
@@ -138,6 +140,8 @@ def main() -> int:
     finally:
         for d in reversed(daemons):
             d.terminate()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)  # (a 256 MiB CommitLog file or more)
     print(
         f"medians ({args.size} B bodies, {args.count} msgs/run, {args.runs} runs, async in flight {args.inflight}):"
     )
