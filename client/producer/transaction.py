@@ -181,8 +181,7 @@ class TransactionProducer(Producer):
         self.transaction_listener = listener
         self.check_thread_pool_size = check_thread_pool_size
         self.check_request_hold_max = check_request_hold_max
-        self._executor = executor
-        self._own_executor = executor is None
+        self._executor = executor  # (the caller's: never shut down here)
         self._threads: ListenerThreads | None = None  # (without an executor given: started by start())
         self._listener_threads = listener_threads or min(32, (os.cpu_count() or 1) + 4)
         self._check_slots: asyncio.Semaphore | None = None
@@ -215,9 +214,7 @@ class TransactionProducer(Producer):
         threads, self._threads = self._threads, None
         if threads is not None:
             threads.shutdown()
-        ex, self._executor = self._executor, None
-        if ex is not None and self._own_executor:
-            ex.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
 
     async def __aenter__(self) -> TransactionProducer:
         await self.start()
