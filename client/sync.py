@@ -24,7 +24,7 @@ import inspect
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from remoting.loop import new_event_loop
 
@@ -118,11 +118,14 @@ class LoopThread:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if self.in_loop_thread():
             coro.close()
-            raise RuntimeError(
-                "blocking client call made from the client's own event-loop thread (e.g. inside a callback): "
-                "use the async API there"
-            )
+            self._refuse_in_loop_thread()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def _refuse_in_loop_thread(self) -> NoReturn:
+        raise RuntimeError(
+            "blocking client call made from the client's own event-loop thread (e.g. inside a callback): "
+            "use the async API there"
+        )
 
     def start_future(self, begin: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Call begin() on the loop thread and return a future of the asyncio future (or coroutine) it returns.
@@ -132,10 +135,7 @@ class LoopThread:
         chained as it is, without a Task (run_coroutine_threadsafe costs both per call). begin() runs in
         call order; what it raises is the future's exception."""
         if self.in_loop_thread():
-            raise RuntimeError(
-                "blocking client call made from the client's own event-loop thread (e.g. inside a callback): "
-                "use the async API there"
-            )
+            self._refuse_in_loop_thread()
         fut: _LoopFuture[Any] = _LoopFuture()
         fut._loop = self.loop
         self._calls.append((fut, begin))
