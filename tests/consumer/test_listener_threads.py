@@ -98,7 +98,7 @@ async def test_shutdown_cancels_queued_calls_lets_running_ones_finish_and_refuse
     running = pool.submit([], None)
     queued = pool.submit([], None)
     deadline = time.monotonic() + 10
-    while len(pool._calls) != 1 and time.monotonic() < deadline:  # until the thread has taken the first call
+    while pool._calls.qsize() != 1 and time.monotonic() < deadline:  # until the thread has taken the first call
         await asyncio.sleep(0.01)
     pool.shutdown()
     with pytest.raises(asyncio.CancelledError):
@@ -110,3 +110,49 @@ async def test_shutdown_cancels_queued_calls_lets_running_ones_finish_and_refuse
     thread = pool._threads[0]
     thread.join(10)
     assert not thread.is_alive()
+
+
+async def test_callback_calls_get_their_outcomes_on_the_loop_and_queued_ones_a_cancellation_at_shutdown() -> None:
+    loop_thread = threading.get_ident()
+    gate = threading.Event()
+    outcomes: list[tuple[Any, str | None, bool]] = []
+
+    def done(result: Any, exc: BaseException | None) -> None:
+        outcomes.append((result, type(exc).__name__ if exc else None, threading.get_ident() == loop_thread))
+        if result == "boom-callback":
+            raise RuntimeError("a callback's own bug")  # logged; the other outcomes still arrive
+
+    def call(k: int) -> Any:
+        if k == 0:
+            gate.wait(10)
+        if k == 2:
+            raise ValueError("listener failed")
+        return "boom-callback" if k == 3 else k * 10
+
+    pool = ListenerThreads(None, 1, "t5")
+    for k in range(4):
+        pool.submit_callback(call, (k,), done)
+    queued = []
+    pool.submit_callback(call, (1,), lambda r, e: queued.append(type(e).__name__))
+    gate.set()
+    deadline = time.monotonic() + 10
+    while len(outcomes) < 4 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert outcomes == [(0, None, True), (10, None, True), (None, "ValueError", True), ("boom-callback", None, True)]
+    assert queued == ["NoneType"]  # (None: no exception) it ran: shutdown had not begun
+
+    gate.clear()
+    pool.submit_callback(call, (0,), done)  # holds the one thread
+    pool.submit_callback(call, (1,), lambda r, e: queued.append(type(e).__name__))
+    while pool._calls.qsize() != 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    pool.shutdown()
+    while len(queued) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert queued == ["NoneType", "CancelledError"]  # dropped, never called
+    gate.set()
+    pool._threads[0].join(10)
+    assert not pool._threads[0].is_alive()
+    while len(outcomes) < 5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert outcomes[-1] == (0, None, True)  # the call under way finished and was delivered
