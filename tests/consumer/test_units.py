@@ -202,9 +202,10 @@ class FakePushConsumer:
         return self.send_back_ok
 
 
+@pytest.mark.parametrize("kind", ["async", "plain"])
 @pytest.mark.parametrize("send_back_ok", [True, False])
 async def test_concurrent_failures_are_sent_back_or_retried_locally(
-    monkeypatch: pytest.MonkeyPatch, send_back_ok: bool
+    monkeypatch: pytest.MonkeyPatch, send_back_ok: bool, kind: str
 ) -> None:
     import asyncio
 
@@ -215,7 +216,7 @@ async def test_concurrent_failures_are_sent_back_or_retried_locally(
     consumer = FakePushConsumer(send_back_ok)
     calls: list[tuple[int, int]] = []
 
-    async def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+    def decide(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
         m = msgs[0]
         calls.append((m.queue_offset, m.reconsume_times))
         if m.queue_offset == 1 and m.reconsume_times == 0:
@@ -223,6 +224,10 @@ async def test_concurrent_failures_are_sent_back_or_retried_locally(
             return ConsumeConcurrentlyStatus.RECONSUME_LATER
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
+    async def async_listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        return decide(msgs, ctx)
+
+    listener = async_listener if kind == "async" else decide
     svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
     svc.start()
     mq = MessageQueue("T", "b", 0)
@@ -244,6 +249,133 @@ async def test_concurrent_failures_are_sent_back_or_retried_locally(
         assert pq.msg_count == 0
     finally:
         await svc.shutdown(0.1)
+
+
+async def _until(cond: Any, what: str, timeout: float = 10) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def test_plain_listener_calls_queue_for_the_threads_bounded_and_are_stamped_when_they_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A plain listener's calls wait for a thread in its queue, PLAIN_CALLS_QUEUED at most (the rest stay in
+    the process queue), run one at a time per thread in the order taken, and get their consume start stamp
+    when a thread starts them (what consume_timeout measures), not when queued."""
+    import threading
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+    from remoting.message import MessageConst
+
+    monkeypatch.setattr(consume_service, "PLAIN_CALLS_QUEUED", 8)
+    consumer = FakePushConsumer(True)
+    consumer.consume_thread_max = 1
+    gate = threading.Event()
+    order: list[int] = []
+    running = 0
+    peak = 0
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        gate.wait(10)
+        order.append(msgs[0].queue_offset)
+        running -= 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+    ms = [msg(i) for i in range(50)]
+    pq.put_messages(ms)
+    try:
+        svc.submit_consume_request(ms, pq, mq)
+        assert svc._plain_calls == 8 and len(pq.pending) == 42
+        await _until(lambda: running == 1, "the first call running")
+        stamp = MessageConst.PROPERTY_CONSUME_START_TIMESTAMP
+        assert ms[0].get_property(stamp) and not ms[1].get_property(stamp)  # queued, not started
+        gate.set()
+        await _until(lambda: consumer.offset_store.table.get(mq) == 50, "all 50 committed")
+        assert order == list(range(50)) and peak == 1
+        assert all(m.get_property(stamp) for m in ms) and pq.msg_count == 0 and svc._plain_calls == 0
+    finally:
+        gate.set()
+        await svc.shutdown(0.1)
+
+
+async def test_plain_listener_calls_of_a_dropped_queue_are_not_made_and_not_committed() -> None:
+    import threading
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    consumer = FakePushConsumer(True)
+    consumer.consume_thread_max = 1
+    gate = threading.Event()
+    called: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        called.append(msgs[0].queue_offset)
+        gate.wait(10)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+    ms = [msg(i) for i in range(20)]
+    pq.put_messages(ms)
+    try:
+        svc.submit_consume_request(ms, pq, mq)
+        await _until(lambda: called == [0], "the first call running")
+        pq.dropped = True  # rebalanced away meanwhile
+        gate.set()
+        await _until(lambda: svc._plain_calls == 0, "the queued calls skipped")
+        assert called == [0] and mq not in consumer.offset_store.table
+    finally:
+        gate.set()
+        await svc.shutdown(0.1)
+
+
+async def test_plain_listener_call_that_outlasts_shutdown_is_not_settled_and_queued_ones_not_made() -> None:
+    import threading
+    import time
+
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeConcurrentlyStatus
+
+    consumer = FakePushConsumer(True)
+    consumer.consume_thread_max = 1
+    gate = threading.Event()
+    called: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        called.append(msgs[0].queue_offset)
+        gate.wait(10)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
+    svc.start()
+    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+    ms = [msg(i) for i in range(5)]
+    pq.put_messages(ms)
+    svc.submit_consume_request(ms, pq, mq)
+    await _until(lambda: called == [0], "the first call running")
+    t0 = time.monotonic()
+    await svc.shutdown(0.2)
+    assert time.monotonic() - t0 >= 0.15  # it waited for the call under way, up to await_s
+    gate.set()
+    svc._plain_threads._threads[0].join(10)  # type: ignore[union-attr]
+    await _until(lambda: svc._plain_calls == 0, "every call's outcome delivered")
+    assert called == [0]  # the queued calls were dropped, not made
+    assert mq not in consumer.offset_store.table and pq.msg_count == 5  # redelivered to whoever consumes next
 
 
 async def test_concurrent_listener_starts_in_the_submitting_call_when_a_worker_is_idle() -> None:
