@@ -62,6 +62,9 @@ SEND_BACK_RETRY_LOCALLY_DELAY_S = 5.0
 # The depth, not the thread count, sets the rate of short calls (1 message a call, no-op listener): 64
 # queued ~80k msgs/s, 160 ~110-150k, 256-320 ~115-150k, with 1, 4 or 20 threads alike.
 PLAIN_CALLS_QUEUED = 256
+# An orderly queue's messages handed to a plain listener's thread at once (at least one batch), called a
+# batch at a time in order while each succeeds: one hand-off per run, not per batch.
+ORDERLY_RUN_MESSAGES = 32
 
 __all__ = [
     "ConsumeMessageConcurrentlyService",
@@ -109,6 +112,7 @@ class ListenerInvoker:
 _STATUS_TYPES = (ConsumeConcurrentlyStatus, ConsumeOrderlyStatus)
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 _NOT_CALLED = object()  # a plain listener call skipped in its thread: the queue was dropped meanwhile
+_RUN_GO_ON = object()  # an orderly run committed what it consumed: the queue's loop goes on
 
 
 class _Started:
@@ -251,6 +255,15 @@ class _ServiceBase:
 
     def _abandon_calls(self) -> None:
         """Shutdown stopped waiting: the outcome of a call still under way is not settled."""
+
+    def _listener_raised(self, mq: MessageQueue, msgs: list[MessageExt], e: BaseException) -> None:
+        log.warning(
+            "consume_message_exception",
+            group=self.group,
+            mq=str(mq),
+            offsets=[m.queue_offset for m in msgs],
+            error=f"{type(e).__name__}: {e}",
+        )
 
     @staticmethod
     def _mark_consume_start(msgs: list[MessageExt]) -> None:
@@ -502,15 +515,6 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if rest is not None:
             await rest
 
-    def _listener_raised(self, mq: MessageQueue, msgs: list[MessageExt], e: BaseException) -> None:
-        log.warning(
-            "consume_message_exception",
-            group=self.group,
-            mq=str(mq),
-            offsets=[m.queue_offset for m in msgs],
-            error=f"{type(e).__name__}: {e}",
-        )
-
     def _settle(
         self, status: Any, raised: bool, context: ConsumeConcurrentlyContext, msgs: list[MessageExt],
         pq: ProcessQueue, mq: MessageQueue,
@@ -704,6 +708,8 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 return
             begin = _now_ms()
             batch = self.consumer.consume_message_batch_max_size
+            threads = self.invoker.threads
+            status: Any
             while True:
                 if pq.dropped or self.stopped:
                     return
@@ -714,28 +720,30 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 if _now_ms() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_MS:
                     self._submit_later(pq, mq, 10)
                     return
-                msgs = pq.take_messages(batch)
-                if not msgs:
-                    return  # pq.consuming is now False: the next pull dispatches again
-                if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
-                    self.consumer.reset_retry_topic(msgs)
-                context = ConsumeOrderlyContext(mq)
-                status: Any = None
-                async with pq.consume_lock:
-                    if pq.dropped:
+                if threads is not None:
+                    ran = await self._plain_run(mq, pq, batch, begin, clustering, threads)
+                    if ran is None:
                         return
-                    try:
-                        status = await self.invoker(list(msgs), context)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as e:
-                        log.warning(
-                            "consume_message_exception",
-                            group=self.group,
-                            mq=str(mq),
-                            offsets=[m.queue_offset for m in msgs],
-                            error=f"{type(e).__name__}: {e}",
-                        )
+                    if ran is _RUN_GO_ON:
+                        continue
+                    msgs, status, context = ran
+                else:
+                    msgs = pq.take_messages(batch)
+                    if not msgs:
+                        return  # pq.consuming is now False: the next pull dispatches again
+                    if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
+                        self.consumer.reset_retry_topic(msgs)
+                    context = ConsumeOrderlyContext(mq)
+                    status = None
+                    async with pq.consume_lock:
+                        if pq.dropped:
+                            return
+                        try:
+                            status = await self.invoker(list(msgs), context)
+                        except asyncio.CancelledError:
+                            raise
+                        except Exception as e:
+                            self._listener_raised(mq, msgs, e)
                 if status is None or not isinstance(status, ConsumeOrderlyStatus):
                     if status is None:
                         self._warn_none(mq)
@@ -745,6 +753,88 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                              offsets=[m.queue_offset for m in msgs])
                 if not await self.process_consume_result(msgs, status, context, pq, mq):
                     return
+
+    async def _plain_run(
+        self, mq: MessageQueue, pq: ProcessQueue, batch: int, begin: int, clustering: bool, threads: ListenerThreads,
+    ) -> Any:
+        """A plain listener's turn on a queue: up to ORDERLY_RUN_MESSAGES (at least one batch) taken at once
+        and handed to a thread as one call, which runs the listener on each batch in order while each
+        returns SUCCESS with auto_commit (and the queue is still this client's to consume: see
+        _orderly_calls) -- one hand-off to a thread and back for the run instead of one per batch. What the
+        run consumed is committed here; what it did not attempt goes back to the process queue. Returns
+        None (nothing to consume), _RUN_GO_ON (all committed, or the run stopped before a batch: the loop's
+        checks say why), or (batch, status, context) of the batch that stopped it, for the loop's usual
+        handling with only that batch consuming (as if the batches before it had been committed one by one)."""
+        taken = pq.take_messages(max(batch, ORDERLY_RUN_MESSAGES // batch * batch))
+        if not taken:
+            return None  # pq.consuming is now False: the next pull dispatches again
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
+            self.consumer.reset_retry_topic(taken)
+        batches = [taken[i : i + batch] for i in range(0, len(taken), batch)]
+        contexts = [ConsumeOrderlyContext(mq) for _ in batches]
+        async with pq.consume_lock:
+            if pq.dropped:
+                return None
+            outcomes = await threads.submit_call(self._orderly_calls, batches, contexts, pq, begin, clustering)
+        ok = 0  # the leading batches consumed with SUCCESS and auto_commit: committed together below
+        for status, exc in outcomes:
+            if exc is not None or status is not ConsumeOrderlyStatus.SUCCESS or not contexts[ok].auto_commit:
+                break
+            ok += 1
+        stopper = batches[ok] if ok < len(outcomes) else None
+        after = batches[ok + 1 if stopper is not None else ok :]
+        if after:  # not attempted: back in the queue, to be taken again in order
+            pq.make_message_to_consume_again([m for b in after for m in b])
+        if ok:
+            if stopper is not None:
+                pq.make_message_to_consume_again(stopper)  # out of the commit of the batches before it
+            offset = pq.commit()
+            self.consume_ok += sum(map(len, batches[:ok]))
+            if offset >= 0 and not pq.dropped:
+                self.consumer.offset_store.update_offset(mq, offset, False)
+            if stopper is not None:
+                stopper = pq.take_messages(len(stopper))  # the same messages: the lowest offsets cached
+        if stopper is None:
+            return _RUN_GO_ON
+        status, exc = outcomes[ok]
+        if exc is None and type(status) not in _STATUS_TYPES and inspect.isawaitable(status):
+            try:  # (a plain callable that returned an awaitable: ListenerInvoker awaits it)
+                status = await status
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                exc = e
+        if exc is not None:
+            self._listener_raised(mq, stopper, exc)
+            status = None
+        return stopper, status, contexts[ok]
+
+    def _orderly_calls(
+        self, batches: list[list[MessageExt]], contexts: list[ConsumeOrderlyContext], pq: ProcessQueue, begin: int,
+        clustering: bool,
+    ) -> list[tuple[Any, BaseException | None]]:
+        """In a listener thread: the listener on each batch in order, stopping after the first that does not
+        return SUCCESS with auto_commit, or before a batch once the queue is dropped or no longer locked, the
+        service stopped, or the queue's turn over (what the loop checks between batches)."""
+        fn = self.invoker.fn
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        for msgs, context in zip(batches, contexts, strict=True):
+            if outcomes and (
+                pq.dropped
+                or self.stopped
+                or (clustering and (not pq.locked or pq.is_lock_expired()))
+                or _now_ms() - begin > MAX_TIME_CONSUME_CONTINUOUSLY_MS
+            ):
+                break
+            try:
+                status = fn(list(msgs), context)
+            except Exception as e:  # noqa: BLE001 - the loop logs it and suspends the queue, as for one batch
+                outcomes.append((None, e))
+                break
+            outcomes.append((status, None))
+            if status is not ConsumeOrderlyStatus.SUCCESS or not context.auto_commit:
+                break
+        return outcomes
 
     async def process_consume_result(
         self,

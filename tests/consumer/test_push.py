@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -416,8 +417,9 @@ async def test_message_held_past_consume_timeout_is_sent_back(
 
 
 # ------------------------------------------------------------------ orderly
+@pytest.mark.parametrize("kind", ["async", "plain"])  # plain: several batches per hand-off to its thread
 async def test_orderly_keeps_per_key_order_when_the_listener_suspends(
-    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], kind: str
 ) -> None:
     topic, group = names("T"), names("G")
     await create_topic(mq_cluster, topic, 4)
@@ -431,22 +433,39 @@ async def test_orderly_keeps_per_key_order_when_the_listener_suspends(
     active: set[int] = set()
     overlap: list[int] = []
 
-    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
-        q = ctx.message_queue.queue_id
-        if q in active:
-            overlap.append(q)
-        active.add(q)
+    guard = threading.Lock()  # (the plain listener's calls run in threads)
+
+    def enter(q: int) -> None:
+        with guard:
+            if q in active:
+                overlap.append(q)
+            active.add(q)
+
+    def decide(msgs, ctx) -> ConsumeOrderlyStatus:  # type: ignore[no-untyped-def]
         try:
-            await asyncio.sleep(0.001)
             for m in msgs:
                 k, seq = m.body.decode().split(":")
-                if int(seq) in (2, 5) and suspends[m.body] < 2:
-                    suspends[m.body] += 1
-                    return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-                order[k].append(int(seq))
+                with guard:
+                    if int(seq) in (2, 5) and suspends[m.body] < 2:
+                        suspends[m.body] += 1
+                        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                    order[k].append(int(seq))
             return ConsumeOrderlyStatus.SUCCESS
         finally:
-            active.discard(q)
+            with guard:
+                active.discard(ctx.message_queue.queue_id)
+
+    async def async_listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        enter(ctx.message_queue.queue_id)
+        await asyncio.sleep(0.001)
+        return decide(msgs, ctx)
+
+    def consume(msgs, ctx):  # type: ignore[no-untyped-def]
+        enter(ctx.message_queue.queue_id)
+        time.sleep(0.001)
+        return decide(msgs, ctx)
+
+    listener = async_listener if kind == "async" else consume
 
     c = PushConsumer(
         group,

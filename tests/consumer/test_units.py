@@ -518,3 +518,94 @@ async def test_listener_started_in_the_submitting_call_runs_in_its_own_context()
         assert seen == ["call0"] and consumer.offset_store.table[mq] == 1
     finally:
         await svc.shutdown(0.1)
+
+
+# ------------------------------------------------------------------ orderly consume service
+class FakeOrderlyConsumer(FakePushConsumer):
+    suspend_current_queue_time_millis = 10
+
+    def __init__(self, batch: int) -> None:
+        from client.consumer.listener import MessageModel
+
+        super().__init__(True)
+        self.message_model = MessageModel.BROADCASTING  # no broker locks to take
+        self.consume_message_batch_max_size = batch
+        self.dlq: list[int] = []
+
+    def max_reconsume_times_orderly(self) -> int:
+        return 2
+
+    async def send_message_back_to_dlq(self, m: MessageExt, broker_name: str | None = None) -> bool:
+        self.dlq.append(m.queue_offset)
+        return True
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+async def test_orderly_plain_listener_runs_batches_per_hand_off_as_the_async_path_consumes_them_one_by_one(
+    batch: int,
+) -> None:
+    """A plain orderly listener gets several batches per hand-off to its thread (ORDERLY_RUN_MESSAGES), yet
+    sees exactly the calls an `async def` one sees, batch by batch: a SUSPEND mid-run is consumed again
+    before anything after it, an exception too, a message past max_reconsume_times goes to the DLQ, and with
+    auto_commit off nothing is committed until COMMIT. The committed offset never passes a message that
+    still has to be consumed again."""
+    from client.consumer import consume_service
+    from client.consumer.listener import ConsumeOrderlyStatus as S
+
+    logs: dict[str, tuple[list[tuple[int, ...]], list[int], list[int]]] = {}
+    for kind in ("async", "plain"):
+        consumer = FakeOrderlyConsumer(batch)
+        calls: list[tuple[int, ...]] = []
+        committed: list[int] = []
+        store_update = consumer.offset_store.update_offset
+
+        def update(mq: MessageQueue, offset: int, increase_only: bool, calls: Any = calls,
+                   committed: Any = committed, store_update: Any = store_update) -> None:
+            # every message below the offset has had its last call already (3 twice, 6 twice, 9 three times)
+            seen = [c[0] for c in calls]
+            assert (offset <= 3 or seen.count(3) == 2) and (offset <= 6 or seen.count(6) == 2)
+            assert offset <= 9 or seen.count(9) == 3
+            committed.append(offset)
+            store_update(mq, offset, increase_only)
+
+        consumer.offset_store.update_offset = update  # type: ignore[method-assign]
+
+        def decide(msgs: list[MessageExt], ctx: Any, calls: list[tuple[int, ...]] = calls) -> S:
+            first = msgs[0]
+            calls.append(tuple(m.queue_offset for m in msgs) + (first.reconsume_times,))
+            offs = {m.queue_offset for m in msgs}
+            if 3 in offs and first.reconsume_times == 0:
+                return S.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if 6 in offs and first.reconsume_times == 0:
+                raise RuntimeError("listener failed")
+            if 9 in offs:
+                return S.SUSPEND_CURRENT_QUEUE_A_MOMENT  # until max_reconsume_times: then the DLQ
+            if 12 in offs or 13 in offs:
+                ctx.auto_commit = False  # 12 and 13 (and 14 with batch 3): committed by 15's COMMIT
+                return S.SUCCESS
+            if 15 in offs:
+                ctx.auto_commit = False
+                return S.COMMIT
+            return S.SUCCESS
+
+        async def async_listener(msgs: list[MessageExt], ctx: Any) -> S:
+            return decide(msgs, ctx)
+
+        svc = consume_service.ConsumeMessageOrderlyService(
+            consumer, async_listener if kind == "async" else decide)  # type: ignore[arg-type]
+        svc.start()
+        mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
+        try:
+            ms = [msg(i) for i in range(20)]
+            svc.submit_consume_request(ms, pq, mq, pq.put_messages(ms))
+            await _until(lambda: consumer.offset_store.table.get(mq) == 20, f"{kind}: all 20 committed")  # noqa: B023
+            await _until(lambda: not pq.consuming, f"{kind}: the queue's turn over")  # noqa: B023
+        finally:
+            await svc.shutdown(0.1)
+        logs[kind] = (calls, consumer.dlq, committed)
+    async_calls, async_dlq, async_committed = logs["async"]
+    plain_calls, plain_dlq, plain_committed = logs["plain"]
+    assert plain_calls == async_calls and plain_dlq == async_dlq == [9 // batch * batch + k for k in range(batch)]
+    assert plain_committed[-1] == async_committed[-1] == 20
+    if batch == 1:  # (with 3 a message, every run here ends at a scripted stop)
+        assert len(plain_committed) < len(async_committed)  # several batches committed at once
