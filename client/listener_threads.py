@@ -4,10 +4,11 @@ transaction producer's local-transaction listener.
 `run_in_executor` on a `concurrent.futures.ThreadPoolExecutor` cost a plain listener, per call, a
 concurrent future, a wrapped asyncio future with callbacks both ways, and a wake-up of the event loop
 for its outcome: a no-op listener topped out near 40k messages/s where an `async def` one runs at
-~190k. Here the loop hands calls to the threads through one deque and the threads hand outcomes back
-through another, which the loop empties in one callback for every outcome that arrived meanwhile:
-one wake-up of the loop for many calls. A queued call wakes an idle thread (or starts one, up to the
-limit), as a pool's submit does, so listeners that block (I/O) still run side by side.
+~190k. Here the loop hands calls to the threads through a queue.SimpleQueue and the threads hand
+outcomes back through a deque, which the loop empties in one callback for every outcome that arrived
+meanwhile: one wake-up of the loop for many calls. A queued call wakes an idle thread (or starts one, up
+to the limit, when none is idle), as a pool's submit does, so listeners that block (I/O) still run side
+by side.
 
 A caller that needs no awaitable (the push consumer's plain-listener path) queues a call with a callback
 instead (`submit_callback`): no future, and the outcome handed to it directly in that same callback.
