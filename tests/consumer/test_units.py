@@ -311,67 +311,60 @@ async def test_plain_listener_calls_queue_for_the_threads_bounded_and_are_stampe
         await svc.shutdown(0.1)
 
 
-async def test_plain_listener_calls_of_a_dropped_queue_are_not_made_and_not_committed() -> None:
-    import threading
+class GatedPlainListener:
+    """A plain listener on one thread whose calls record their first offset and wait for `gate`, and the
+    concurrent service running it on `n` submitted messages of one queue (after start())."""
 
-    from client.consumer import consume_service
-    from client.consumer.listener import ConsumeConcurrentlyStatus
+    def __init__(self, n: int) -> None:
+        import threading
 
-    consumer = FakePushConsumer(True)
-    consumer.consume_thread_max = 1
-    gate = threading.Event()
-    called: list[int] = []
+        from client.consumer import consume_service
 
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
-        called.append(msgs[0].queue_offset)
-        gate.wait(10)
+        self.consumer = FakePushConsumer(True)
+        self.consumer.consume_thread_max = 1
+        self.gate = threading.Event()
+        self.called: list[int] = []
+        self.svc = consume_service.ConsumeMessageConcurrentlyService(self.consumer, self.listener)  # type: ignore[arg-type]
+        self.mq, self.pq = MessageQueue("T", "b", 0), ProcessQueue()
+        self.ms = [msg(i) for i in range(n)]
+
+    def listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
+        from client.consumer.listener import ConsumeConcurrentlyStatus
+
+        self.called.append(msgs[0].queue_offset)
+        self.gate.wait(10)
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
-    svc.start()
-    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
-    ms = [msg(i) for i in range(20)]
-    pq.put_messages(ms)
+    async def start(self) -> None:
+        self.svc.start()
+        self.pq.put_messages(self.ms)
+        self.svc.submit_consume_request(self.ms, self.pq, self.mq)
+        await _until(lambda: self.called == [0], "the first call running")
+
+
+async def test_plain_listener_calls_of_a_dropped_queue_are_not_made_and_not_committed() -> None:
+    g = GatedPlainListener(20)
     try:
-        svc.submit_consume_request(ms, pq, mq)
-        await _until(lambda: called == [0], "the first call running")
-        pq.dropped = True  # rebalanced away meanwhile
-        gate.set()
-        await _until(lambda: svc._plain_calls == 0, "the queued calls skipped")
-        assert called == [0] and mq not in consumer.offset_store.table
+        await g.start()
+        g.pq.dropped = True  # rebalanced away meanwhile
+        g.gate.set()
+        await _until(lambda: g.svc._plain_calls == 0, "the queued calls skipped")
+        assert g.called == [0] and g.mq not in g.consumer.offset_store.table
     finally:
-        gate.set()
-        await svc.shutdown(0.1)
+        g.gate.set()
+        await g.svc.shutdown(0.1)
 
 
 async def test_plain_listener_call_that_outlasts_shutdown_is_not_settled_and_queued_ones_not_made() -> None:
-    import threading
     import time
 
-    from client.consumer import consume_service
-    from client.consumer.listener import ConsumeConcurrentlyStatus
-
-    consumer = FakePushConsumer(True)
-    consumer.consume_thread_max = 1
-    gate = threading.Event()
-    called: list[int] = []
-
-    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
-        called.append(msgs[0].queue_offset)
-        gate.wait(10)
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    svc = consume_service.ConsumeMessageConcurrentlyService(consumer, listener)  # type: ignore[arg-type]
-    svc.start()
-    mq, pq = MessageQueue("T", "b", 0), ProcessQueue()
-    ms = [msg(i) for i in range(5)]
-    pq.put_messages(ms)
-    svc.submit_consume_request(ms, pq, mq)
-    await _until(lambda: called == [0], "the first call running")
+    g = GatedPlainListener(5)
+    svc, called, consumer, mq, pq = g.svc, g.called, g.consumer, g.mq, g.pq
+    await g.start()
     t0 = time.monotonic()
     await svc.shutdown(0.2)
     assert time.monotonic() - t0 >= 0.15  # it waited for the call under way, up to await_s
-    gate.set()
+    g.gate.set()
     svc._plain_threads._threads[0].join(10)  # type: ignore[union-attr]
     await _until(lambda: svc._plain_calls == 0, "every call's outcome delivered")
     assert called == [0]  # the queued calls were dropped, not made
