@@ -423,6 +423,7 @@ class LitePullConsumer:
     def __init__(self, group: str, namesrv_addr: str | None = None, **kwargs: Any) -> None:
         self._runner = get_loop_thread()
         self._c = _lite.LitePullConsumer(group, namesrv_addr, **kwargs)
+        self._c.enable_blocking_poll()  # poll takes a waiting batch in the calling thread
 
     @property
     def group(self) -> str:
@@ -466,8 +467,9 @@ class LitePullConsumer:
         self.shutdown()
 
     def poll(self, timeout: float | None = None) -> list[MessageExt]:
-        t = self._c.poll_timeout_millis / 1000 if timeout is None else timeout
-        return self._run(self._c.poll(t), t + 30.0)
+        """Blocks up to `timeout` seconds; a batch already waiting is taken in this thread, with no round
+        trip to the client's loop thread (LitePullConsumer.poll_blocking)."""
+        return self._c.poll_blocking(timeout)
 
     def commit(self, offsets: dict[MessageQueue, int] | None = None, *, persist: bool = True) -> dict[MessageQueue, int]:
         return self._run(self._c.commit(offsets, persist=persist))

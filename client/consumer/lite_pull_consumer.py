@@ -31,6 +31,8 @@ import collections
 import contextlib
 import enum
 import functools
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -73,6 +75,9 @@ BROKER_SUSPEND_MAX_TIME_MILLIS = 20_000
 CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND = 30_000
 PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL = 50
 PULL_TIME_DELAY_MILLS_WHEN_PAUSE = 1000
+# Batches reserved for pollers on other threads (poll_blocking): taken there without a round trip to the loop.
+HANDOFF_BATCHES = 4
+_CLOSED = object()  # in the hand-off once the consumer shut down: wakes every blocked poller
 
 __all__ = ["LitePullConsumer"]
 
@@ -170,6 +175,17 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._persist_task: asyncio.Task[None] | None = None
         self._reader: QueueReader | None = None
         self._lock = asyncio.Lock()
+        # poll_blocking's hand-off (made by enable_blocking_poll): batches taken off _ready for pollers on
+        # other threads, how many are in it, and what those threads took (True) or gave back (False), for
+        # the loop to account for in one callback (_settle_handoff) per wake-up.
+        self._handoff: queue.SimpleQueue[Any] | None = None
+        self._handoff_n = 0
+        self._handoff_out: collections.deque[tuple[tuple[_QueueState, int, list[MessageExt]], bool]] = (
+            collections.deque()
+        )
+        self._handoff_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ identity
     @property
@@ -250,6 +266,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
         check_group(self._group, "consumer group")
         parse_consume_timestamp(self.consume_timestamp)
         self._ready_event = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.current_thread()
         inst = await get_client_manager().acquire(self.client_config)
         try:
             self._instance = inst
@@ -311,6 +329,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
             self._instance = None
             if self._ready_event is not None:
                 self._ready_event.set()  # wake a poll() waiting in another task
+            if self._handoff is not None:
+                self._handoff.put(_CLOSED)  # wake the pollers blocked in poll_blocking
         log.info("lite_pull_consumer_shutdown", group=self._group)
 
     async def __aenter__(self) -> LitePullConsumer:
@@ -582,6 +602,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._cached_total += len(msgs)
                 assert self._ready_event is not None
                 self._ready_event.set()
+                if self._handoff is not None:
+                    self._fill_handoff()
             return 0.0
         if result.status is PullStatus.OFFSET_ILLEGAL:
             log.warning("lite_pull_offset_illegal", mq=str(mq), requested=offset, next_begin=result.next_begin_offset)
@@ -590,19 +612,26 @@ class LitePullConsumer(SubscriptionInfoHooks):
 
     # ------------------------------------------------------------------ poll / commit
     def _take_ready(self) -> list[MessageExt] | None:
-        for i, (st, gen, msgs) in enumerate(self._ready):
+        item = self._pop_ready()
+        if item is None:
+            return None
+        st, _gen, msgs = item
+        self._cached_total -= len(msgs)
+        self._polled(st, msgs)
+        if self._held:
+            self._wake_held()
+        return msgs
+
+    def _pop_ready(self) -> tuple[_QueueState, int, list[MessageExt]] | None:
+        """The first cached batch poll() may hand out (its queue current and not paused), off _ready."""
+        for i, item in enumerate(self._ready):
+            st, gen, _msgs = item
             if st.pq.dropped or st.generation != gen or self._queues.get(st.mq) is not st:
                 continue
             if st.paused:
                 continue
             del self._ready[i]
-            self._cached_total -= len(msgs)
-            offset = st.pq.remove_messages(msgs)
-            if offset >= 0:
-                st.consume_offset = offset
-            if self._held:
-                self._wake_held()
-            return msgs
+            return item
         # Drop stale entries (dropped or reseeked queues) so they do not pile up.
         if self._ready:
             stale = [it for it in self._ready if it[0].pq.dropped or it[0].generation != it[1]]
@@ -610,6 +639,115 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._ready = collections.deque(it for it in self._ready if it not in stale)
                 self._cached_total -= sum(len(it[2]) for it in stale)
         return None
+
+    @staticmethod
+    def _polled(st: _QueueState, msgs: list[MessageExt]) -> None:
+        """A batch was handed out: the queue's consumed offset moves past it."""
+        offset = st.pq.remove_messages(msgs)
+        if offset >= 0:
+            st.consume_offset = offset
+
+    # ------------------------------------------------------------------ poll from other threads
+    def enable_blocking_poll(self) -> None:
+        """Let threads other than the loop's poll with poll_blocking (the blocking facade's poll): up to
+        HANDOFF_BATCHES cached batches wait for them in a thread-safe queue, as Java's consumeRequestCache
+        holds them for poll(), so a poll with a batch waiting takes it without a round trip to the loop.
+        Call before start()."""
+        if self._handoff is None:
+            self._handoff = queue.SimpleQueue()
+
+    def poll_blocking(self, timeout: float | None = None) -> list[MessageExt]:
+        """poll() for a thread other than the consumer's loop (after enable_blocking_poll): blocks the
+        calling thread up to `timeout` seconds. The batch's accounting (consumed offset, cache counts, the
+        auto-commit of what earlier polls returned) is done by the loop, queued ahead of any call the
+        thread makes next (commit, seek, ...)."""
+        handoff = self._handoff
+        if handoff is None:
+            raise MQClientError("poll_blocking needs enable_blocking_poll() before start()")
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        if threading.current_thread() is self._loop_thread:
+            raise MQClientError("poll_blocking would block the consumer's own loop: await poll() there")
+        if timeout is None:
+            timeout = self.poll_timeout_millis / 1000
+        if timeout < 0:
+            raise ValueError("Timeout must not be negative")
+        if self.auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._to_loop(None, False)  # (an idle poller's auto-commit, as poll() makes it)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                item = handoff.get(timeout=left) if left > 0 else handoff.get_nowait()
+            except queue.Empty:
+                return []
+            if item is _CLOSED:
+                handoff.put(item)  # for the next blocked poller
+                return []
+            st, gen, msgs = item
+            if not self.running:
+                return []
+            if st.pq.dropped or st.generation != gen or self._queues.get(st.mq) is not st or st.paused:
+                self._to_loop(item, False)  # stale, or its queue paused since: back to the loop
+                continue
+            self._to_loop(item, True)
+            return msgs  # type: ignore[no-any-return]
+
+    def _to_loop(self, item: Any, taken: bool) -> None:
+        """(From a polling thread) have the loop account for a hand-off batch taken or given back (None:
+        only the auto-commit check), in one callback for all that arrive before it runs."""
+        self._handoff_out.append((item, taken))
+        if not self._handoff_scheduled:
+            self._handoff_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._settle_handoff)  # type: ignore[union-attr]
+            except RuntimeError:  # the loop is closed: nothing left to account for
+                self._handoff_scheduled = False
+
+    def _fill_handoff(self) -> None:
+        handoff = self._handoff
+        if handoff is None or not self.running:
+            return
+        while self._handoff_n < HANDOFF_BATCHES and self._ready:
+            item = self._pop_ready()
+            if item is None:
+                return
+            self._handoff_n += 1
+            handoff.put(item)
+
+    def _settle_handoff(self) -> None:
+        """On the loop: what polling threads took from the hand-off, or gave back, since the last call."""
+        self._handoff_scheduled = False  # (first: an entry appended from now on schedules the next call)
+        out = self._handoff_out
+        if self.auto_commit and self.running and time.monotonic() >= self._next_auto_commit:
+            self._maybe_auto_commit()  # what earlier polls returned, before the batches below count
+        while out:
+            item, taken = out.popleft()
+            if item is None:
+                continue
+            self._handoff_n -= 1
+            st, gen, msgs = item
+            current = not st.pq.dropped and st.generation == gen and self._queues.get(st.mq) is st
+            if current and not taken:
+                self._put_back(item)  # its queue was paused: cached again, in offset order
+                continue
+            self._cached_total -= len(msgs)
+            if taken and current:
+                self._polled(st, msgs)
+        if self._held:
+            self._wake_held()
+        self._fill_handoff()
+
+    def _put_back(self, item: tuple[_QueueState, int, list[MessageExt]]) -> None:
+        """A batch back into _ready ahead of its queue's later batches (those given back may arrive in
+        any order)."""
+        st, _gen, msgs = item
+        first = msgs[0].queue_offset
+        for i, (other, _g, later) in enumerate(self._ready):
+            if other is st and later[0].queue_offset > first:
+                self._ready.insert(i, item)
+                return
+        self._ready.append(item)
 
     def _wake_held(self) -> None:
         """Resume the pulls flow control holds whose caches are down to half of the count and size thresholds
@@ -745,6 +883,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 st.paused = False
         if self._ready_event is not None:
             self._ready_event.set()
+        if self._handoff is not None:
+            self._fill_handoff()
 
     def is_paused(self, mq: MessageQueue) -> bool:
         st = self._queues.get(mq)

@@ -105,3 +105,63 @@ def test_blocking_lite_pull_consumer(mq_cluster: ConsumerCluster, names: Callabl
         while len(again) < 3:
             again.extend(c.poll(0.5))
         assert [m.queue_offset for m in again] == [1, 2, 3]
+
+
+def test_blocking_poll_takes_waiting_batches_in_its_own_thread_and_keeps_commit_pause_seek_exact(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """The blocking poll takes a batch already waiting in the calling thread (here while the client's loop
+    thread is held up), and the batches set aside for it (HANDOFF_BATCHES) are not counted as polled:
+    commit() stops after what poll() returned, pause() holds them back, seek() drops them. A poller blocked
+    when the consumer shuts down is woken."""
+    from client.consumer import lite_pull_consumer
+    from client.sync import get_loop_thread
+
+    topic, group = names("T"), names("G")
+    [q] = create_topic(mq_cluster, topic, 1)
+    with rmq.Producer(names("P"), mq_cluster.namesrv_addr) as p:
+        for i in range(12):
+            p.send(Message(topic, f"x{i}".encode()), queue=q)
+    c = rmq.LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit=False, pull_batch_size=2,
+                             consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.assign([q])
+    c.start()
+    try:
+        wait(lambda: c.async_consumer._handoff_n == lite_pull_consumer.HANDOFF_BATCHES, 15, "batches set aside")
+        held = threading.Event()
+        get_loop_thread().loop.call_soon_threadsafe(held.wait, 10)  # the client's loop busy meanwhile
+        try:
+            t0 = time.monotonic()
+            first = c.poll(5)
+            assert time.monotonic() - t0 < 2 and [m.queue_offset for m in first] == [0, 1]
+        finally:
+            held.set()
+        c.commit_sync()
+        assert c.committed(q) == 2  # not past the batches waiting for a poll
+
+        c.pause([q])
+        assert c.poll(0.3) == []  # those waiting are held back too
+        c.resume([q])
+        got: list[int] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 10:
+            assert time.monotonic() < deadline
+            got.extend(m.queue_offset for m in c.poll(0.5))
+        assert got == list(range(2, 12))  # in order, none lost, none twice
+
+        c.seek(q, 0)
+        again: list[int] = []
+        while len(again) < 12:
+            assert time.monotonic() < deadline + 15
+            again.extend(m.queue_offset for m in c.poll(0.5))
+        assert again == list(range(12))
+
+        result: list[object] = []
+        poller = threading.Thread(target=lambda: result.append(c.poll(10)))
+        poller.start()
+        time.sleep(0.2)
+    finally:
+        t0 = time.monotonic()
+        c.shutdown()
+    poller.join(5)
+    assert result == [[]] and time.monotonic() - t0 < 5  # woken by the shutdown, not by its timeout
