@@ -18,6 +18,8 @@
 - `seek(mq, offset)` restarts a queue at an offset (within [min, max]); `seek_to_begin/end`.
 - `commit()` stores the consumed offsets and pushes them to the broker now; `committed(mq)`.
 - `pause(queues)` / `resume(queues)`: no pulls and no polls for those queues meanwhile.
+- `poll_blocking` (after `enable_blocking_poll`, as the blocking twin in client.sync does): poll from
+  another thread, taking a batch set aside for it there, with no round trip to the loop.
 
 Reading a range with no group membership at all (batch jobs, the Spark source):
 `read_range(mq, start, end)` yields the messages of [start, end) in order, one list per pull,
