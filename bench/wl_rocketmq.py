@@ -29,7 +29,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from client import Admin, Message, Producer  # noqa: E402
-from client.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, LitePullConsumer, PushConsumer  # noqa: E402
+from client.consumer import (  # noqa: E402
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    LitePullConsumer,
+    PushConsumer,
+)
 from remoting.log import configure_logging  # noqa: E402
 from remoting.loop import run  # noqa: E402
 
@@ -224,9 +230,13 @@ async def w_topics(ns: str, single: str, topics: list[str], count: int, body: by
     return out
 
 
-async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, Any]:
-    c = LitePullConsumer(group, ns, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                         pull_batch_size=256, pull_threshold_for_queue=4096, pull_threshold_for_all=40960)
+async def w_litepull(ns: str, topic: str, count: int, group: str, blocking: bool = False) -> dict[str, Any]:
+    """Lite pull consumption; `blocking`: client.sync's LitePullConsumer polled from a plain thread."""
+    kw: dict[str, Any] = dict(consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, pull_batch_size=256,
+                              pull_threshold_for_queue=4096, pull_threshold_for_all=40960)
+    if blocking:
+        return await asyncio.to_thread(_blocking_litepull, ns, topic, count, group, kw)
+    c = LitePullConsumer(group, ns, **kw)
     c.subscribe(topic, "*")
     await c.start()
     got = 0
@@ -242,12 +252,33 @@ async def w_litepull(ns: str, topic: str, count: int, group: str) -> dict[str, A
     return {"msgs": got, "seconds": dt, "client_cpu_s": cpu}
 
 
+def _blocking_litepull(ns: str, topic: str, count: int, group: str, kw: dict[str, Any]) -> dict[str, Any]:
+    from client.sync import LitePullConsumer as BlockingLitePullConsumer
+
+    c = BlockingLitePullConsumer(group, ns, **kw)
+    c.subscribe(topic, "*")
+    c.start()
+    got = 0
+    try:
+        c0, t0 = time.process_time(), time.perf_counter()
+        deadline = t0 + 120
+        while got < count and time.perf_counter() < deadline:
+            got += len(c.poll(1.0))
+        dt = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+    finally:
+        c.shutdown()
+    return {"msgs": got, "seconds": dt, "client_cpu_s": cpu}
+
+
 async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate: float | None,
                  role: str = "both", stamps: list[tuple[int, int]] | None = None,
-                 auto_batch: bool = False, thread_listener: bool = False, consume_batch: int = 32) -> dict[str, Any]:
+                 auto_batch: bool = False, thread_listener: bool = False, consume_batch: int = 32,
+                 orderly: bool = False, threads: int = 20) -> dict[str, Any]:
     """Push consumption; with `rate`, e2e (each message's latency from its send stamp). `stamps` also gets
-    each message's (send ns, arrival ns) (bench/read_timeline.py). `thread_listener` (push_consume only): a
-    plain-function listener, run in the consumer's threads as a blocking listener would be."""
+    each message's (send ns, arrival ns) (bench/read_timeline.py). push_consume only: `thread_listener`, a
+    plain-function listener, run in the consumer's `threads` threads as a blocking listener would be;
+    `orderly`, an orderly listener (one call per queue at a time)."""
     got = 0
     lat: list[float] = []
     done = asyncio.Event()
@@ -286,10 +317,23 @@ async def w_push(ns: str, topic: str, count: int, group: str, body: bytes, rate:
                 loop.call_soon_threadsafe(done.set)
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
+    async def orderly_listener(msgs: list[Any], ctx: Any) -> ConsumeOrderlyStatus:
+        await listener(msgs, ctx)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    def plain_orderly_listener(msgs: list[Any], ctx: Any) -> ConsumeOrderlyStatus:
+        plain_listener(msgs, ctx)
+        return ConsumeOrderlyStatus.SUCCESS
+
     cfw = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET if rate else ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
-    c = PushConsumer(group, ns, consume_from_where=cfw, pull_batch_size=64, consume_message_batch_max_size=consume_batch)
+    c = PushConsumer(group, ns, consume_from_where=cfw, pull_batch_size=64, consume_message_batch_max_size=consume_batch,
+                     consume_thread_min=threads, consume_thread_max=threads)
     c.subscribe(topic, "*")
-    c.register_listener(plain_listener if thread_listener and not rate else listener)
+    plain = thread_listener and not rate
+    if orderly and not rate:
+        c.register_listener(plain_orderly_listener if plain else orderly_listener, orderly=True)
+    else:
+        c.register_listener(plain_listener if plain else listener)
     await c.start()
     try:
         if rate and role == "consumer":
@@ -369,9 +413,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
             await preload(a.namesrv, topic, a.count, body)
         group = f"bench_{w}_{time.time_ns()}"
         if w == "litepull_consume":
-            return await w_litepull(a.namesrv, topic, a.count, group)
+            return await w_litepull(a.namesrv, topic, a.count, group, a.blocking)
         return await w_push(a.namesrv, topic, a.count, group, body, None, thread_listener=a.listener == "thread",
-                            consume_batch=a.consume_batch)
+                            consume_batch=a.consume_batch, orderly=a.orderly, threads=a.consume_threads)
     if w == "e2e":
         if a.role == "producer":
             return await e2e_send(a.namesrv, topic, a.count, body, a.rate, a.auto_batch)
@@ -402,6 +446,11 @@ def main() -> int:
                     help="push_consume: an async def listener on the loop, or a plain function in the consume threads")
     ap.add_argument("--consume-batch", type=int, default=32,
                     help="push_consume: messages per listener call (consumeMessageBatchMaxSize)")
+    ap.add_argument("--consume-threads", type=int, default=20,
+                    help="push_consume: consume_thread_min/max (the plain listener's threads, the async one's workers)")
+    ap.add_argument("--orderly", action="store_true", help="push_consume: an orderly listener")
+    ap.add_argument("--blocking", action="store_true",
+                    help="litepull_consume: client.sync's blocking LitePullConsumer, polled from a plain thread")
     ap.add_argument("--role", choices=["both", "consumer", "producer"], default="both",
                     help="e2e: both halves in this process, or one half (the consumer prints READY when subscribed)")
     a = ap.parse_args()
