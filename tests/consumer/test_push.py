@@ -380,21 +380,32 @@ async def test_reconsume_later_is_delayed_by_the_delay_level(
         await c.shutdown()
 
 
+@pytest.mark.parametrize("kind", ["async", "plain"])  # plain: the call's start stamped in its thread
 async def test_message_held_past_consume_timeout_is_sent_back(
-    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], kind: str
 ) -> None:
     topic, group = names("T"), names("G")
     queues = await create_topic(mq_cluster, topic, 1)
     sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
     stuck = asyncio.Event()
+    released = threading.Event()
     done: list[tuple[bytes, int]] = []
 
-    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+    async def async_listener(msgs, ctx):  # type: ignore[no-untyped-def]
         m = msgs[0]
         if m.body == sent[0] and m.reconsume_times == 0:
             await stuck.wait()  # hangs "forever"
         done.append((m.body, m.reconsume_times))
         return SUCCESS
+
+    def plain_listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        m = msgs[0]
+        if m.body == sent[0] and m.reconsume_times == 0:
+            released.wait(30)  # blocks its thread "forever"
+        done.append((m.body, m.reconsume_times))
+        return SUCCESS
+
+    listener = async_listener if kind == "async" else plain_listener
 
     c = PushConsumer(
         group,
@@ -413,6 +424,7 @@ async def test_message_held_past_consume_timeout_is_sent_back(
         await wait_until(lambda: c.offset_store.clone_offset_table(topic).get(queues[0]) == 3, 10, "offset 3")
     finally:
         stuck.set()
+        released.set()
         await c.shutdown()
 
 
