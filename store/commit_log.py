@@ -39,7 +39,7 @@ from remoting.message import (
     java_string_hash,
 )
 
-from .dispatch import DispatchRequest
+from .dispatch import DispatchTuple
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .message import MessageExtBrokerInner, record_topic_part
@@ -275,25 +275,26 @@ class CommitLog:
 
     # ------------------------------------------------------------------------------ record check
 
-    def check_message_and_return_size(
-        self, mv: memoryview, pos: int, check_crc: bool, file_from_offset: int, read_body: bool = True
-    ) -> DispatchRequest:
-        """Validate the record at `pos` of a file's view. msg_size 0 = blank (end of file), success
-        False = not a valid record (torn tail, CRC mismatch, zeros, stale data)."""
+    def check_record(
+        self, mv: memoryview, pos: int, check_crc: bool, file_from_offset: int, size_only: bool = False
+    ) -> int | DispatchTuple:
+        """Validate the record at `pos` of a file's view (RocketMQ's checkMessageAndReturnSize): -1 when it is
+        not a valid record (torn tail, CRC mismatch, zeros, stale data), 0 for the blank that ends a file,
+        else the record's dispatch tuple (store.dispatch) -- or, with `size_only` (the recovery scan, which
+        keeps only where the valid records end), its size: the same checks, without decoding the properties."""
         end = len(mv)
         if pos + 8 > end:
-            return DispatchRequest.status(-1, False)
+            return -1
         total, magic = _SIZE_MAGIC.unpack_from(mv, pos)
         if magic == BLANK_MAGIC_CODE:
-            return DispatchRequest.status(0, True)
-        if magic != MAGIC_CODE or total <= 0 or pos + total > end:
-            return DispatchRequest.status(-1, False)
-        if total < 56:
-            return DispatchRequest.status(-1, False)
+            return 0
+        if magic != MAGIC_CODE or total < 56 or pos + total > end:
+            return -1
         sys_flag = _I32.unpack_from(mv, pos + RecordLayout.SYS_FLAG_POS)[0]
         layout = _LAYOUTS[(sys_flag >> 4) & 0x3]
-        if total < layout.fixed_size:
-            return DispatchRequest.status(-1, False)
+        body_pos = layout.body_pos
+        if total < body_pos + 3:  # the fixed part: up to the body, the topic length and the properties length
+            return -1
         (
             _t,
             _m,
@@ -310,53 +311,41 @@ class CommitLog:
             _store_ip,
             _store_port,
             _reconsume,
-            prepared,
+            _prepared,
             body_len,
         ) = layout.header.unpack_from(mv, pos)
         if phy_offset != file_from_offset + pos:
-            return DispatchRequest.status(-1, False)  # stale bytes from an older write
-        body_pos = pos + layout.body_pos
-        if body_len < 0 or body_pos + body_len + 3 > pos + total:
-            return DispatchRequest.status(-1, False)
-        if check_crc and read_body and body_len > 0:
-            if zlib.crc32(mv[body_pos : body_pos + body_len]) & 0x7FFFFFFF != crc:
-                log.warning("commitlog_crc_check_failed", offset=phy_offset)
-                return DispatchRequest.status(-1, False)
+            return -1  # stale bytes from an older write
+        body_pos += pos
         tp = body_pos + body_len
+        if body_len < 0 or tp + 3 > pos + total:
+            return -1
+        if check_crc and body_len > 0 and zlib.crc32(mv[body_pos:tp]) & 0x7FFFFFFF != crc:
+            log.warning("commitlog_crc_check_failed", offset=phy_offset)
+            return -1
         topic_len = mv[tp]
         if topic_len > MAX_TOPIC_LENGTH:
-            return DispatchRequest.status(-1, False)
+            return -1
         pp = tp + 1 + topic_len
         if pp + 2 > pos + total:
-            return DispatchRequest.status(-1, False)
+            return -1
         props_len = _I16.unpack_from(mv, pp)[0]
-        if props_len < 0 or layout.record_size(body_len, topic_len, props_len) != total:
-            return DispatchRequest.status(-1, False)
+        if props_len < 0 or pp + 2 + props_len != pos + total:  # (layout.record_size, from the positions)
+            return -1
         try:
             topic = str(mv[tp + 1 : pp], "utf-8")
-            props = decode_properties(mv[pp + 2 : pp + 2 + props_len]) if props_len > 0 else None
         except UnicodeDecodeError:
-            return DispatchRequest.status(-1, False)
+            return -1
+        if size_only:  # (decoding the properties cannot fail: bad bytes decode as U+FFFD, as Java's do)
+            return total  # type: ignore[no-any-return]
+        props = decode_properties(mv[pp + 2 : pp + 2 + props_len]) if props_len > 0 else None
         keys = uniq = None
         if props:
             keys = props.get(_PROP_KEYS)
             uniq = props.get(_PROP_UNIQ)
         tags_code = self.store.compute_tags_code(topic, props)
-        return DispatchRequest(
-            topic,
-            queue_id,
-            phy_offset,
-            total,
-            tags_code,
-            store_ts,
-            queue_offset,
-            keys,
-            uniq,
-            sys_flag,
-            prepared,
-            props,
-            True,
-        )
+        return (phy_offset, total, topic, queue_id, queue_offset, tags_code, store_ts, keys, uniq, sys_flag, props,
+                None)
 
     # ------------------------------------------------------------------------------ recovery (start-up thread)
 
@@ -417,12 +406,11 @@ class CommitLog:
         pos = 0
         scanned = 0
         while True:
-            req = self.check_message_and_return_size(mf.mv, pos, check_crc, mf.file_from_offset)
-            size = req.msg_size
-            if req.success and size > 0:
-                pos += size
+            size = self.check_record(mf.mv, pos, check_crc, mf.file_from_offset, size_only=True)
+            if size > 0:  # type: ignore[operator]
+                pos += size  # type: ignore[operator]
                 scanned += 1
-            elif req.success and size == 0:
+            elif size == 0:
                 index += 1
                 if index >= len(files):
                     break

@@ -5,7 +5,7 @@ dispatch tuple (the put path queues one per record, so nothing is re-parsed); an
 catch-up, or a mismatch -- is parsed from the mapped bytes. The put path wakes it with an asyncio.Event,
 so a listener hears of a new message within one loop iteration of the put completing.
 
-Dispatch tuple (see DispatchRequest.as_tuple): (commit_log_offset, size, topic, queue_id, queue_offset,
+Dispatch tuple (see store.dispatch): (commit_log_offset, size, topic, queue_id, queue_offset,
 tags_code, store_timestamp, keys, uniq_key, sys_flag, properties, consume_queue). A batch comes as one run
 tuple (see store.dispatch): its ConsumeQueue units are written with one pack, its UNIQ_KEY index entries in
 one go (IndexService.build_index_uniq_run), its listeners still hear of each record (one C-level map per
@@ -27,7 +27,7 @@ import structlog
 from remoting.message import MessageConst, MessageSysFlag
 
 from .consume_queue import CQ_UNIT as _CQ_UNIT
-from .dispatch import RUN_LEN
+from .dispatch import RUN_LEN, DispatchTuple
 
 if TYPE_CHECKING:
     from .consume_queue import ConsumeQueue
@@ -58,7 +58,6 @@ class InlineDispatchListener(Protocol):
         ...
 
 
-DispatchTuple = tuple[Any, ...]
 
 _TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 _TRAN_NOT = MessageSysFlag.TRANSACTION_NOT_TYPE
@@ -279,10 +278,10 @@ class ReputMessageService:
             return None
         if off - mf.file_from_offset >= mf.wrote_position:
             return None  # not written yet
-        req = cl.check_message_and_return_size(mf.mv, off - mf.file_from_offset, False, mf.file_from_offset)
-        if req.success and req.msg_size > 0:
-            return req.as_tuple()
-        if req.success and req.msg_size == 0:
+        rec = cl.check_record(mf.mv, off - mf.file_from_offset, False, mf.file_from_offset)
+        if rec.__class__ is tuple:
+            return rec  # type: ignore[return-value]
+        if rec == 0:
             self.reput_from_offset = cl.roll_next_file(off)  # blank: end of this file
             return None
         log.error("reput_bad_record_skipping_file", offset=off)

@@ -746,3 +746,34 @@ async def test_unannounced_commit_log_records_are_dispatched_within_the_safety_t
     while store.get_max_offset_in_queue("TopicTest", 0) < 2 and loop.time() < deadline:
         await asyncio.sleep(0.05)
     assert store.get_max_offset_in_queue("TopicTest", 0) == 2
+
+
+async def test_check_record_reads_back_the_put_paths_dispatch_tuple_and_the_scan_its_size(
+    store: DefaultMessageStore,
+) -> None:
+    """CommitLog.check_record on records read back from the log (start-up catch-up) gives the dispatch tuple
+    the put path queued for them; the recovery scan (size_only) the same validity and sizes; a blank ends the
+    file (0); a flipped body byte, bad with the CRC checked (-1), still has its size without."""
+    queued: list[tuple[object, ...]] = []
+    reput = store.reput_message_service
+    enqueue = reput.enqueue
+    reput.enqueue = lambda records: (queued.extend(records), enqueue(records))[1]  # type: ignore[method-assign]
+    r1 = await store.put_message(make_msg(body=b"first", tags="TagA", keys="k1 k2", uniq="U1"))
+    r2 = await store.put_message(make_msg(body=b"second", queue_id=1, extra={"a": "b"}))
+    assert r1.is_ok and r2.is_ok
+    cl = store.commit_log
+    mf = cl.mapped_file_queue.mapped_files[0]
+    pos = 0
+    for want in queued:
+        rec = cl.check_record(mf.mv, pos, True, mf.file_from_offset)
+        assert isinstance(rec, tuple) and rec[:11] == want[:11] and rec[11] is None
+        assert cl.check_record(mf.mv, pos, True, mf.file_from_offset, size_only=True) == want[1]
+        pos += want[1]  # type: ignore[operator]
+    assert cl.check_record(mf.mv, pos, True, mf.file_from_offset, size_only=True) == -1  # zeros past the end
+    mf.mm[pos : pos + 8] = struct.pack(">iI", mf.file_size - pos, 0xCBD43194)  # the blank that ends a file
+    assert cl.check_record(mf.mv, pos, True, mf.file_from_offset) == 0
+    first = queued[0]
+    body_at = bytes(mf.mv[: first[1]]).find(b"first")  # type: ignore[misc]
+    mf.mm[body_at] ^= 0xFF  # a flipped body byte
+    assert cl.check_record(mf.mv, 0, True, mf.file_from_offset, size_only=True) == -1
+    assert cl.check_record(mf.mv, 0, False, mf.file_from_offset, size_only=True) == first[1]
