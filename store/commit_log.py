@@ -63,6 +63,12 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PORT = struct.Struct(">i")
 _LAYOUTS = tuple(RecordLayout.for_sys_flag(f << 4) for f in range(4))
+# Per layout, the header fields check_record reads (total, magic, body CRC, queue id, queue offset, physical
+# offset, sys flag, store timestamp, body length), the rest skipped: no bytes objects for the hosts.
+_CHECK_HEADERS = tuple(
+    struct.Struct(f">iIii4xqqi8x{layout.born_host_len}xq{layout.store_host_len}x4x8xi") for layout in _LAYOUTS
+)
+assert all(h.size == layout.body_pos for h, layout in zip(_CHECK_HEADERS, _LAYOUTS, strict=True))
 _V6_BITS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _TRAN_PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 _PROP_KEYS = MessageConst.PROPERTY_KEYS
@@ -290,30 +296,13 @@ class CommitLog:
             return 0
         if magic != MAGIC_CODE or total < 56 or pos + total > end:
             return -1
-        sys_flag = _I32.unpack_from(mv, pos + RecordLayout.SYS_FLAG_POS)[0]
-        layout = _LAYOUTS[(sys_flag >> 4) & 0x3]
-        body_pos = layout.body_pos
+        hosts = (_I32.unpack_from(mv, pos + RecordLayout.SYS_FLAG_POS)[0] >> 4) & 0x3
+        body_pos = _LAYOUTS[hosts].body_pos
         if total < body_pos + 3:  # the fixed part: up to the body, the topic length and the properties length
             return -1
-        (
-            _t,
-            _m,
-            crc,
-            queue_id,
-            _flag,
-            queue_offset,
-            phy_offset,
-            _s,
-            _born_ts,
-            _born_ip,
-            _born_port,
-            store_ts,
-            _store_ip,
-            _store_port,
-            _reconsume,
-            _prepared,
-            body_len,
-        ) = layout.header.unpack_from(mv, pos)
+        _t, _m, crc, queue_id, queue_offset, phy_offset, sys_flag, store_ts, body_len = (
+            _CHECK_HEADERS[hosts].unpack_from(mv, pos)
+        )
         if phy_offset != file_from_offset + pos:
             return -1  # stale bytes from an older write
         body_pos += pos
