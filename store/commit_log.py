@@ -282,12 +282,15 @@ class CommitLog:
     # ------------------------------------------------------------------------------ record check
 
     def check_record(
-        self, mv: memoryview, pos: int, check_crc: bool, file_from_offset: int, size_only: bool = False
+        self, mv: memoryview, pos: int, check_crc: bool, file_from_offset: int, size_only: bool = False,
+        head_only: bool = False,
     ) -> int | DispatchTuple:
         """Validate the record at `pos` of a file's view (RocketMQ's checkMessageAndReturnSize): -1 when it is
         not a valid record (torn tail, CRC mismatch, zeros, stale data), 0 for the blank that ends a file,
         else the record's dispatch tuple (store.dispatch) -- or, with `size_only` (the recovery scan, which
-        keeps only where the valid records end), its size: the same checks, without decoding the properties."""
+        keeps only where the valid records end), its size, and with `head_only` (the start-up catch-up, to
+        skip what is dispatched already) (commit_log_offset, size, topic, queue_id, queue_offset,
+        store_timestamp, sys_flag): the same checks, without decoding the properties."""
         end = len(mv)
         if pos + 8 > end:
             return -1
@@ -327,6 +330,8 @@ class CommitLog:
             return -1
         if size_only:  # (decoding the properties cannot fail: bad bytes decode as U+FFFD, as Java's do)
             return total  # type: ignore[no-any-return]
+        if head_only:
+            return (phy_offset, total, topic, queue_id, queue_offset, store_ts, sys_flag)
         props = decode_properties(mv[pp + 2 : pp + 2 + props_len]) if props_len > 0 else None
         keys = uniq = None
         if props:

@@ -796,6 +796,11 @@ class IndexService:
             h = 0 if h == 0x80000000 else 0x100000000 - h
         return h
 
+    def indexed_past(self, commit_log_offset: int) -> bool:
+        """Whether the live index file is past this record (build_index would skip it)."""
+        files = self.index_file_list
+        return bool(files) and commit_log_offset < files[-1].end_phy_offset
+
     def build_index(
         self,
         topic: str,

@@ -257,9 +257,10 @@ class ReputMessageService:
 
     # ------------------------------------------------------------------------------ reading records
 
-    def _read_record(self, off: int) -> DispatchTuple | None:
-        """The dispatch tuple of the record at `off` when it is not the head of the pending queue.
-        Returns None after moving reput_from_offset (blank / deleted files / bad record) or when
+    def _read_record(self, off: int, head_only: bool = False) -> DispatchTuple | None:
+        """The dispatch tuple of the record at `off` when it is not the head of the pending queue (with
+        `head_only`, CommitLog.check_record's head of it, read from the log: the start-up catch-up, before
+        any put). Returns None after moving reput_from_offset (blank / deleted files / bad record) or when
         nothing is readable there yet (reput_from_offset unchanged)."""
         pending = self._pending
         while pending and pending[0][0] < off:
@@ -278,7 +279,7 @@ class ReputMessageService:
             return None
         if off - mf.file_from_offset >= mf.wrote_position:
             return None  # not written yet
-        rec = cl.check_record(mf.mv, off - mf.file_from_offset, False, mf.file_from_offset)
+        rec = cl.check_record(mf.mv, off - mf.file_from_offset, False, mf.file_from_offset, head_only=head_only)
         if rec.__class__ is tuple:
             return rec  # type: ignore[return-value]
         if rec == 0:
@@ -654,6 +655,25 @@ class ReputMessageService:
             off = self.reput_from_offset
             if off >= cl.get_max_offset():
                 break
+            head = self._read_record(off, head_only=True)
+            if head is None:
+                if self.reput_from_offset == off:
+                    break
+                continue
+            # After a crash this replays every record from the checkpoint's file, most of them dispatched
+            # already: when the consume queue holds the record and the index is past it (what the calls
+            # below test first, and then do nothing), skip it without decoding its properties.
+            phy, size, topic, qid, qo, store_ts, sys_flag = head
+            tran = sys_flag & _TRAN_MASK
+            to_cq = tran == _TRAN_NOT or tran == _TRAN_COMMIT
+            if (not to_cq or phy + size <= store.find_consume_queue(topic, qid).max_physic_offset) and (
+                idx is None or idx.indexed_past(phy)
+            ):
+                if to_cq:
+                    logics_ts = store_ts
+                self.reput_from_offset = off + size
+                done += 1
+                continue
             rec = self._read_record(off)
             if rec is None:
                 if self.reput_from_offset == off:
