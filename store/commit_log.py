@@ -358,9 +358,10 @@ class CommitLog:
     def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> int:
         """After a crash: start from the newest file whose first record is older than the checkpoint
         and re-validate everything after it (magic, sizes, CRC); cut at the first bad record. Returns
-        where that file starts: every record from there on is dispatched again (Java's recoverAbnormally
-        dispatches each one it reads), since only what precedes the checkpoint is known to be in the
-        consume queues and index on disk."""
+        where that file starts: every record from there on is replayed (Java's recoverAbnormally dispatches
+        each one it reads), since only what precedes the checkpoint is known to be in the consume queues and
+        index on disk; the replay dispatches again what a queue or the index lacks
+        (ReputMessageService.do_reput_blocking)."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
