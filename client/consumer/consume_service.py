@@ -397,7 +397,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             await rest
 
     def _track_tail(self, coro: Any) -> None:
-        """Finish `coro` (the rest of a settled call: send-backs) in a task shutdown waits for."""
+        """Finish `coro` (the rest of a listener call: its send-backs, or a call started inline once shutdown
+        had begun) in a task shutdown waits for."""
         tail = asyncio.get_running_loop().create_task(self._finish_rest(coro))
         self._tails.add(tail)
         tail.add_done_callback(self._tails.discard)
@@ -439,19 +440,9 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if self.stopped:
             # Shutdown began during that first step (the listener asked for it): the workers may have
             # taken their stop markers already, so this call finishes in a task shutdown waits for.
-            tail = asyncio.get_running_loop().create_task(self._finish_tail(started))
-            self._tails.add(tail)
-            tail.add_done_callback(self._tails.discard)
+            self._track_tail(_finish_started(started))
             return
         self._ready.put_nowait(started)  # type: ignore[arg-type]
-
-    async def _finish_tail(self, started: _Started) -> None:
-        try:
-            await _finish_started(started)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("consume_request_failed", group=self.group)
 
     async def _worker(self) -> None:
         batch_size = self.consumer.consume_message_batch_max_size
