@@ -628,9 +628,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         """The first cached batch poll() may hand out (its queue current and not paused), off _ready."""
         for i, item in enumerate(self._ready):
             st, gen, _msgs = item
-            if st.pq.dropped or st.generation != gen or self._queues.get(st.mq) is not st:
-                continue
-            if st.paused:
+            if st.paused or not self._current(st, gen):
                 continue
             del self._ready[i]
             return item
@@ -641,6 +639,21 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._ready = collections.deque(it for it in self._ready if it not in stale)
                 self._cached_total -= sum(len(it[2]) for it in stale)
         return None
+
+    def _current(self, st: _QueueState, gen: int) -> bool:
+        """Whether a batch cached for queue state `st` at generation `gen` may still be handed out: the queue
+        is still this consumer's, not dropped, and not reseeked since."""
+        return not st.pq.dropped and st.generation == gen and self._queues.get(st.mq) is st
+
+    def _poll_timeout(self, timeout: float | None) -> float:
+        """poll()'s checks of a call: the consumer running, and the timeout (default poll_timeout_millis)."""
+        if not self.running:
+            raise NotStartedError("The consumer not running, please start it first.")
+        if timeout is None:
+            timeout = self.poll_timeout_millis / 1000
+        if timeout < 0:
+            raise ValueError("Timeout must not be negative")
+        return timeout
 
     @staticmethod
     def _polled(st: _QueueState, msgs: list[MessageExt]) -> None:
@@ -666,14 +679,9 @@ class LitePullConsumer(SubscriptionInfoHooks):
         handoff = self._handoff
         if handoff is None:
             raise MQClientError("poll_blocking needs enable_blocking_poll() before start()")
-        if not self.running:
-            raise NotStartedError("The consumer not running, please start it first.")
+        timeout = self._poll_timeout(timeout)
         if threading.current_thread() is self._loop_thread:
             raise MQClientError("poll_blocking would block the consumer's own loop: await poll() there")
-        if timeout is None:
-            timeout = self.poll_timeout_millis / 1000
-        if timeout < 0:
-            raise ValueError("Timeout must not be negative")
         if self.auto_commit and time.monotonic() >= self._next_auto_commit:
             self._to_loop(None, False)  # (an idle poller's auto-commit, as poll() makes it)
         deadline = time.monotonic() + timeout
@@ -689,7 +697,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
             st, gen, msgs = item
             if not self.running:
                 return []
-            if st.pq.dropped or st.generation != gen or self._queues.get(st.mq) is not st or st.paused:
+            if st.paused or not self._current(st, gen):
                 self._to_loop(item, False)  # stale, or its queue paused since: back to the loop
                 continue
             self._to_loop(item, True)
@@ -729,7 +737,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 continue
             self._handoff_n -= 1
             st, gen, msgs = item
-            current = not st.pq.dropped and st.generation == gen and self._queues.get(st.mq) is st
+            current = self._current(st, gen)
             if current and not taken:
                 self._put_back(item)  # its queue was paused: cached again, in offset order
                 continue
@@ -770,12 +778,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
     async def poll(self, timeout: float | None = None) -> list[MessageExt]:
         """The next batch of messages (one queue's, in offset order), or [] after `timeout`
         seconds (default poll_timeout_millis). Auto-commit happens here, for earlier polls."""
-        if not self.running:
-            raise NotStartedError("The consumer not running, please start it first.")
-        if timeout is None:
-            timeout = self.poll_timeout_millis / 1000
-        if timeout < 0:
-            raise ValueError("Timeout must not be negative")
+        timeout = self._poll_timeout(timeout)
         if self.auto_commit and time.monotonic() >= self._next_auto_commit:
             self._maybe_auto_commit()
         assert self._ready_event is not None
