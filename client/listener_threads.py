@@ -5,8 +5,8 @@ transaction producer's local-transaction listener.
 concurrent future, a wrapped asyncio future with callbacks both ways, and a wake-up of the event loop
 for its outcome: a no-op listener topped out near 40k messages/s where an `async def` one runs at
 ~190k. Here the loop hands calls to the threads through a queue.SimpleQueue and the threads hand
-outcomes back through a deque, which the loop empties in one callback for every outcome that arrived
-meanwhile: one wake-up of the loop for many calls. A queued call wakes an idle thread (or starts one, up
+outcomes back through a LoopInbox, which the loop empties in one callback for every outcome that
+arrived meanwhile: one wake-up of the loop for many calls. A queued call wakes an idle thread (or starts one, up
 to the limit, when none is idle), as a pool's submit does, so listeners that block (I/O) still run side
 by side.
 
@@ -17,13 +17,14 @@ instead (`submit_callback`): no future, and the outcome handed to it directly in
 from __future__ import annotations
 
 import asyncio
-import collections
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import structlog
+
+from .loop_inbox import LoopInbox
 
 __all__ = ["ListenerThreads", "OutcomeCallback"]
 
@@ -58,9 +59,8 @@ class ListenerThreads:
         self._idle = 0  # threads waiting in _calls.get (or woken from it and not yet running)
         self._threads: list[threading.Thread] = []
         self._closed = False
-        # Outcomes on their way back to the loop; _deliver_scheduled: a _deliver is queued on the loop.
-        self._outcomes: collections.deque[_Outcome] = collections.deque()
-        self._deliver_scheduled = False
+        # Outcomes on their way back to the loop, delivered many per wake-up of it.
+        self._outcomes: LoopInbox[_Outcome] = LoopInbox(self._deliver)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -76,7 +76,7 @@ class ListenerThreads:
         """submit() for fn(*args)."""
         loop = self._loop
         if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
+            loop = self._loop = self._outcomes.loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._queue(fut, fn, args)
         return fut
@@ -84,7 +84,7 @@ class ListenerThreads:
     def submit_callback(self, fn: Callable[..., Any], args: tuple[Any, ...], done: OutcomeCallback) -> None:
         """Queue fn(*args) (on the loop thread); `done(result, exc)` is called on the loop with its outcome."""
         if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+            self._loop = self._outcomes.loop = asyncio.get_running_loop()
         self._queue(done, fn, args)
 
     def _queue(self, target: _Target, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -118,17 +118,13 @@ class ListenerThreads:
                 outcome: _Outcome = (target, fn(*args), None)
             except BaseException as e:  # noqa: BLE001 - the awaiting coroutine gets it, as run_in_executor's
                 outcome = (target, None, e)
-            outcomes.append(outcome)
-            if not self._deliver_scheduled:
-                self._deliver_scheduled = True
-                try:
-                    self._loop.call_soon_threadsafe(self._deliver)  # type: ignore[union-attr]
-                except RuntimeError:  # the loop is closed: nobody waits for the outcome any more
-                    self._deliver_scheduled = False
+            try:
+                outcomes.put(outcome)
+            except RuntimeError:  # the loop is closed: nobody waits for the outcome any more
+                pass
 
     def _deliver(self) -> None:
-        self._deliver_scheduled = False  # (first: an outcome appended from now on schedules the next one)
-        outcomes = self._outcomes
+        outcomes = self._outcomes.items
         while outcomes:
             target, result, exc = outcomes.popleft()
             if target.__class__ is not _Future:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import functools
 import inspect
@@ -30,6 +29,7 @@ from remoting.loop import new_event_loop
 
 from . import admin as _admin
 from .instance import get_client_manager
+from .loop_inbox import LoopInbox
 from .message import Message, MessageQueue, SendResult
 from .producer import producer as _producer
 from .producer.selector import MessageQueueSelector, SelectorFunction
@@ -96,9 +96,8 @@ class LoopThread:
 
     def __init__(self, name: str = "rocketmq-client-loop") -> None:
         self.loop = new_event_loop()
-        # Work handed to the loop by start_future, run in call order by one _drain per loop wake-up.
-        self._calls: collections.deque[tuple[_LoopFuture[Any], Callable[[], Any]]] = collections.deque()
-        self._drain_scheduled = False
+        # Work handed to the loop by start_future, run in call order, many per loop wake-up.
+        self._calls: LoopInbox[tuple[_LoopFuture[Any], Callable[[], Any]]] = LoopInbox(self._drain, self.loop)
         self._ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -138,19 +137,11 @@ class LoopThread:
             self._refuse_in_loop_thread()
         fut: _LoopFuture[Any] = _LoopFuture()
         fut._loop = self.loop
-        self._calls.append((fut, begin))
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            try:
-                self.loop.call_soon_threadsafe(self._drain)
-            except BaseException:
-                self._drain_scheduled = False
-                raise
+        self._calls.put((fut, begin))
         return fut
 
     def _drain(self) -> None:
-        self._drain_scheduled = False  # (first: a call appended from now on schedules the next drain)
-        calls = self._calls
+        calls = self._calls.items
         while calls:
             fut, begin = calls.popleft()
             fut._start(begin)

@@ -49,6 +49,7 @@ from remoting.message import MessageExt
 from ..config import ClientConfig
 from ..errors import MQBrokerError, MQClientError, NotStartedError
 from ..instance import MQClientInstance, get_client_manager
+from ..loop_inbox import LoopInbox
 from ..message import MessageQueue, PullResult, PullStatus
 from ..reader import QueueReader
 from ..route import topic_route_to_subscribe_info
@@ -182,11 +183,9 @@ class LitePullConsumer(SubscriptionInfoHooks):
         # the loop to account for in one callback (_settle_handoff) per wake-up.
         self._handoff: queue.SimpleQueue[Any] | None = None
         self._handoff_n = 0
-        self._handoff_out: collections.deque[tuple[tuple[_QueueState, int, list[MessageExt]], bool]] = (
-            collections.deque()
+        self._handoff_out: LoopInbox[tuple[tuple[_QueueState, int, list[MessageExt]] | None, bool]] = (
+            LoopInbox(self._settle_handoff)
         )
-        self._handoff_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ identity
@@ -268,7 +267,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         check_group(self._group, "consumer group")
         parse_consume_timestamp(self.consume_timestamp)
         self._ready_event = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
+        self._handoff_out.loop = asyncio.get_running_loop()
         self._loop_thread = threading.current_thread()
         inst = await get_client_manager().acquire(self.client_config)
         try:
@@ -706,13 +705,10 @@ class LitePullConsumer(SubscriptionInfoHooks):
     def _to_loop(self, item: Any, taken: bool) -> None:
         """(From a polling thread) have the loop account for a hand-off batch taken or given back (None:
         only the auto-commit check), in one callback for all that arrive before it runs."""
-        self._handoff_out.append((item, taken))
-        if not self._handoff_scheduled:
-            self._handoff_scheduled = True
-            try:
-                self._loop.call_soon_threadsafe(self._settle_handoff)  # type: ignore[union-attr]
-            except RuntimeError:  # the loop is closed: nothing left to account for
-                self._handoff_scheduled = False
+        try:
+            self._handoff_out.put((item, taken))
+        except RuntimeError:  # the loop is closed: nothing left to account for
+            pass
 
     def _fill_handoff(self) -> None:
         handoff = self._handoff
@@ -727,8 +723,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
 
     def _settle_handoff(self) -> None:
         """On the loop: what polling threads took from the hand-off, or gave back, since the last call."""
-        self._handoff_scheduled = False  # (first: an entry appended from now on schedules the next call)
-        out = self._handoff_out
+        out = self._handoff_out.items
         if self.auto_commit and self.running and time.monotonic() >= self._next_auto_commit:
             self._maybe_auto_commit()  # what earlier polls returned, before the batches below count
         while out:
