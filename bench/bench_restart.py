@@ -1,8 +1,8 @@
 """Broker restart time with messages stored: from starting `bin/mqbroker` on an existing store to its
 "listening" line, after a crash (kill -9: abnormal recovery, which checks the CommitLog from the file the
-checkpoint points at and replays every record from there, as RocketMQ's recoverAbnormally does, dispatching
-again what a consume queue or the index lacks) and after a clean stop (normal recovery: the last 3
-CommitLog files checked). Not a test.
+checkpoint points at, as RocketMQ's recoverAbnormally does, and dispatches again from the first record a
+consume queue lacks, or the index's end) and after a clean stop (normal recovery: the last 3 CommitLog files
+checked). Not a test.
 
     .venv/bin/python bench/bench_restart.py [--messages 1000000] [--size 1024] [--runs 2]
 

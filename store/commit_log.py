@@ -358,10 +358,12 @@ class CommitLog:
     def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> int:
         """After a crash: start from the newest file whose first record is older than the checkpoint
         and re-validate everything after it (magic, sizes, CRC); cut at the first bad record. Returns
-        where that file starts: every record from there on is replayed (Java's recoverAbnormally dispatches
-        each one it reads), since only what precedes the checkpoint is known to be in the consume queues and
-        index on disk; the replay dispatches again what a queue or the index lacks
-        (ReputMessageService.do_reput_blocking)."""
+        where the consume queues' replay must start: the first valid record from that file on that its
+        queue lacks (the end of the valid records when none does). Java's recoverAbnormally dispatches
+        every record it reads; only those before the checkpoint are known to be in the queues on disk, but
+        one that its queue holds needs nothing (each queue's units follow the log's order), so the
+        scan, which reads every record anyway, finds the first one that does instead of a second pass
+        reading them all again (ReputMessageService.do_reput_blocking)."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
@@ -373,9 +375,7 @@ class CommitLog:
                 break
             index -= 1
         index = max(index, 0)
-        start = files[index].file_from_offset
-        self._recover_from_blocking(index, max_phy_offset_of_consume_queue, normal=False)
-        return start
+        return self._recover_from_blocking(index, max_phy_offset_of_consume_queue, normal=False)
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:
         mv = mf.mv
@@ -393,15 +393,34 @@ class CommitLog:
 
     def _recover_from_blocking(
         self, index: int, max_phy_offset_of_consume_queue: int, *, normal: bool
-    ) -> None:
+    ) -> int:
+        """Scan from file `index` to the last valid record and cut the log (and consume queues) there.
+        Returns the end of the valid records, or, after a crash (not `normal`), the first valid record its
+        consume queue lacks if one comes before that."""
         files = self.mapped_file_queue.mapped_files
         check_crc = self.cfg.checkCRCOnRecover
+        check = self.check_record
+        queue_holds = self.store.queue_holds
         mf = files[index]
         process_offset = mf.file_from_offset
         pos = 0
         scanned = 0
+        first_lacking: int | None = None
+        seeking = not normal  # until the first record a queue lacks: read heads, not only sizes
         while True:
-            size = self.check_record(mf.mv, pos, check_crc, mf.file_from_offset, size_only=True)
+            if seeking:
+                head = check(mf.mv, pos, check_crc, mf.file_from_offset, head_only=True)
+                if head.__class__ is tuple:
+                    phy, size, topic, qid, _qo, _ts, sys_flag = head  # type: ignore[misc]
+                    if not queue_holds(phy, size, topic, qid, sys_flag):
+                        first_lacking = phy
+                        seeking = False
+                    pos += size
+                    scanned += 1
+                    continue
+                size = head
+            else:
+                size = check(mf.mv, pos, check_crc, mf.file_from_offset, size_only=True)
             if size > 0:  # type: ignore[operator]
                 pos += size  # type: ignore[operator]
                 scanned += 1
@@ -420,6 +439,7 @@ class CommitLog:
             mode="normal" if normal else "abnormal",
             max_offset=process_offset,
             scanned_records=scanned,
+            first_lacking=first_lacking,
         )
         mfq = self.mapped_file_queue
         mfq.flushed_where = process_offset
@@ -434,6 +454,7 @@ class CommitLog:
                 offset=process_offset,
             )
             self.store.truncate_dirty_logic_files_blocking(process_offset)
+        return process_offset if first_lacking is None else first_lacking
 
     # ------------------------------------------------------------------------------ file rolling
 

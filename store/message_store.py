@@ -27,6 +27,7 @@ import structlog
 from remoting.message import (
     MessageConst,
     MessageExt,
+    MessageSysFlag,
     decode_message,
     java_string_hash,
 )
@@ -59,6 +60,10 @@ TagsCodeHook = Callable[[str, "dict[str, str]"], "int | None"]
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 _MIN_LONG = -(1 << 63)
+_TRAN_MASK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+_TRAN_NOT = MessageSysFlag.TRANSACTION_NOT_TYPE
+_TRAN_COMMIT = MessageSysFlag.TRANSACTION_COMMIT_TYPE
+_NO_QUEUES: dict[int, ConsumeQueue] = {}
 _APPEND_PUT_OK = AppendMessageStatus.PUT_OK
 _CQ_UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
@@ -291,9 +296,9 @@ class DefaultMessageStore:
                 cq.recover_blocking()
                 max_phy_of_cq = max(max_phy_of_cq, cq.max_physic_offset)
         cl = self.commit_log
-        # After a crash, dispatch from where the commit log recovery started, not only past the furthest
-        # consume queue: the queues are flushed one after another, so one can have lost units that are
-        # older than another's newest (re-dispatching what is already there is a no-op).
+        # After a crash, dispatch from the first record some consume queue lacks (the scan finds it), not
+        # only past the furthest queue: the queues are flushed one after another, so one can have lost units
+        # that are older than another's newest.
         recovered_from: int | None = None
         if last_exit_ok:
             cl.recover_normally_blocking(max_phy_of_cq)
@@ -567,6 +572,17 @@ class DefaultMessageStore:
         return results
 
     # ================================================================================ consume queues
+
+    def queue_holds(self, phy: int, size: int, topic: str, queue_id: int, sys_flag: int) -> bool:
+        """Whether the record at `phy` (CommitLog.check_record's head fields) needs nothing from its consume
+        queue (start-up): a prepared or rolled-back transaction's goes to none, any other is held once its
+        queue has a unit at or past it (each queue's units follow the log's order; put_message_position_info
+        would do nothing)."""
+        tran = sys_flag & _TRAN_MASK
+        if tran != _TRAN_NOT and tran != _TRAN_COMMIT:
+            return True
+        cq = self.consume_queue_table.get(topic, _NO_QUEUES).get(queue_id)
+        return cq is not None and phy + size <= cq.max_physic_offset
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue's ConsumeQueue, created (in memory; files come later) if new."""

@@ -660,16 +660,14 @@ class ReputMessageService:
                 if self.reput_from_offset == off:
                     break
                 continue
-            # After a crash this replays every record from the checkpoint's file, most of them dispatched
-            # already: when the consume queue holds the record and the index is past it (what the calls
-            # below test first, and then do nothing), skip it without decoding its properties.
+            # Records from here on may be dispatched already (after a crash the replay starts at the first
+            # record some queue lacks, or at the index's end, whichever comes first): when the consume queue
+            # holds the record and the index is past it (what the calls below test first, and then do
+            # nothing), skip it without decoding its properties.
             phy, size, topic, qid, qo, store_ts, sys_flag = head
-            tran = sys_flag & _TRAN_MASK
-            to_cq = tran == _TRAN_NOT or tran == _TRAN_COMMIT
-            if (not to_cq or phy + size <= store.find_consume_queue(topic, qid).max_physic_offset) and (
-                idx is None or idx.indexed_past(phy)
-            ):
-                if to_cq:
+            if store.queue_holds(phy, size, topic, qid, sys_flag) and (idx is None or idx.indexed_past(phy)):
+                tran = sys_flag & _TRAN_MASK
+                if tran == _TRAN_NOT or tran == _TRAN_COMMIT:
                     logics_ts = store_ts
                 self.reput_from_offset = off + size
                 done += 1

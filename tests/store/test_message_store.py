@@ -700,16 +700,20 @@ async def test_crash_recovery_rebuilds_a_queue_tail_lost_behind_another_queue(
     make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After an OS crash a consume queue can lose its last unflushed units while another queue, flushed a
-    moment later, keeps newer ones. Recovery must dispatch again from the checkpoint's commit log file
-    (as Java's recoverAbnormally does), not only past the furthest queue: else the lost units' messages
-    stay in the commit log but no consumer ever sees them. Records the queues and the index hold already
-    are passed over without decoding their properties: only the two lost ones (and the index's last) are read in
-    full."""
+    moment later, keeps newer ones. Recovery must dispatch again from before the lost units, not only past
+    the furthest queue: else their messages stay in the commit log but no consumer ever sees them. The
+    recovery scan (from the checkpoint's commit log file, as Java's recoverAbnormally) finds the first record a
+    queue lacks, and the replay starts there, not at that file's start; records the queues and the index hold
+    already are passed over without decoding their properties: only the two lost ones (and the index's last)
+    are read in full."""
     root = tmp_path / "store"
     s1 = make_store(root)
     await s1.start()
+    phys: list[int] = []
     for i in range(10):  # queue 0 gets records 0, 2, .., 8; queue 1 gets 1, 3, .., 9 (the newest)
-        assert (await s1.put_message(make_msg(body=f"m{i}".encode(), queue_id=i % 2, keys=f"k{i}"))).is_ok
+        r = await s1.put_message(make_msg(body=f"m{i}".encode(), queue_id=i % 2, keys=f"k{i}"))
+        assert r.is_ok and r.append_result is not None
+        phys.append(r.append_result.wrote_offset)
     await s1.wait_dispatched(5)
     await s1.shutdown()
     (root / "abort").write_bytes(b"")  # as a crash leaves it
@@ -730,11 +734,24 @@ async def test_crash_recovery_rebuilds_a_queue_tail_lost_behind_another_queue(
         return check_record(self, mv, pos, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(CommitLog, "check_record", counting)
+    from store.reput import ReputMessageService
+
+    replays: list[tuple[int, int]] = []  # (where the replay started, records it went over)
+    do_reput_blocking = ReputMessageService.do_reput_blocking
+
+    def recording(self: ReputMessageService) -> int:
+        start = self.reput_from_offset
+        n = do_reput_blocking(self)
+        replays.append((start, n))
+        return n
+
+    monkeypatch.setattr(ReputMessageService, "do_reput_blocking", recording)
     s2 = make_store(root)
     await s2.start()
     # records 6 and 8, and the last one the index holds (its keys are checked again: a crash may have cut
     # them short); the other 7 are in their queues and the index
     assert len(full_reads) == 3
+    assert replays == [(phys[6], 4)]  # records 6 to 9, not all 10 from the checkpoint's file
     assert not s2.last_exit_ok
     assert [s2.get_max_offset_in_queue("TopicTest", q) for q in range(2)] == [5, 5]
     got = s2.get_message("g", "TopicTest", 0, 0, 32)
@@ -793,3 +810,22 @@ async def test_check_record_reads_back_the_put_paths_dispatch_tuple_and_the_scan
     mf.mm[body_at] ^= 0xFF  # a flipped body byte
     assert cl.check_record(mf.mv, 0, True, mf.file_from_offset, size_only=True) == -1
     assert cl.check_record(mf.mv, 0, False, mf.file_from_offset, size_only=True) == first[1]
+
+
+async def test_queue_holds_tells_the_recovery_scan_which_records_their_queues_lack(
+    store: DefaultMessageStore,
+) -> None:
+    """The crash recovery scan starts the replay at the first record queue_holds denies: a record is held once
+    its queue has a unit at or past it; a prepared or rolled-back transaction's never needs one; a queue the
+    store does not know holds nothing (and is not created by asking)."""
+    r = await store.put_message(make_msg(queue_id=1))
+    assert r.is_ok and r.append_result is not None
+    await store.wait_dispatched(5)
+    phy, size = r.append_result.wrote_offset, r.append_result.wrote_bytes
+    assert store.queue_holds(phy, size, "TopicTest", 1, 0)
+    assert not store.queue_holds(phy + size, size, "TopicTest", 1, 0)  # a record after the queue's last unit
+    assert not store.queue_holds(phy, size, "TopicTest", 0, 0)
+    assert not store.queue_holds(phy, size, "NoSuchTopic", 0, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+    assert "NoSuchTopic" not in store.consume_queue_table
+    for flag in (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
+        assert store.queue_holds(phy + size, size, "NoSuchTopic", 0, flag)
