@@ -15,6 +15,18 @@ paces the producer to N msgs/s in total (e.g. the "e2e at 10 000 msg/s" workload
     mqbench consumer -n 127.0.0.1:9876 -t E2E -g E2EGroup --e2e --duration 20 &
     mqbench producer -n 127.0.0.1:9876 -t E2E --mode async --inflight 64 --rate 10000 --e2e --duration 15
 
+What the messages carry and how they are consumed follow RocketMQ's benchmark options: the producer's
+`--keys` (a key per message, the send second: the broker indexes it), `--tag-count N` (tags tag0..tagN-1),
+`--property-size N` (user properties of about N characters) and `--delay-level L` (delayed delivery); the
+consumer's `--expression` (a tag expression the broker filters by), `--threads` (consume threads),
+`--fail-rate R` (that share of listener calls answers RECONSUME_LATER, or suspends an orderly queue, and is
+counted as failures: the messages come back through the retry topic), `--listener thread` (a plain function
+run in the consume threads, the way RocketMQ's listeners are written, instead of an `async def` on the loop)
+and `--orderly`:
+
+    mqbench producer -n 127.0.0.1:9876 -t BenchTopic --mode async --inflight 128 --tag-count 4 --keys
+    mqbench consumer -n 127.0.0.1:9876 -t BenchTopic --expression "tag1 || tag2" --listener thread
+
 The exit code is 1 when a producer saw failures. bench/compare.py runs the same workloads side by
 side with peer brokers.
 """
@@ -25,7 +37,9 @@ import asyncio
 import json
 import math
 import os
+import random
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -99,11 +113,15 @@ class Stats:
 
 
 class Reporter:
+    """The window (since the last line) and the run's totals. `lock` guards them: a plain listener
+    reports from the consume threads while the loop prints and swaps the window."""
+
     def __init__(self, role: str, mode: str, json_out: bool, latency_name: str) -> None:
         self.role, self.mode, self.json_out, self.latency_name = role, mode, json_out, latency_name
         self.window = Stats()
         self.total = Stats()
         self.start = time.monotonic()
+        self.lock = threading.Lock()
 
     def add(self, msgs: int, nbytes: int, latency_ms: float | None = None) -> None:
         for s in (self.window, self.total):
@@ -147,16 +165,34 @@ class Reporter:
         )
 
     def tick(self, seconds: float) -> None:
-        self.total.hist.merge(self.window.hist)
-        self._print(self._line(self.window, seconds, False))
-        self.window = Stats()
+        with self.lock:
+            window, self.window = self.window, Stats()
+            self.total.hist.merge(window.hist)
+        self._print(self._line(window, seconds, False))
 
     def summary(self) -> dict[str, Any]:
-        self.total.hist.merge(self.window.hist)
-        self.window = Stats()
-        d = self._line(self.total, time.monotonic() - self.start, True)
+        with self.lock:
+            window, self.window = self.window, Stats()
+            self.total.hist.merge(window.hist)
+            d = self._line(self.total, time.monotonic() - self.start, True)
         self._print(d)
         return d
+
+
+def user_properties(size: int, start: int) -> dict[str, str]:
+    """RocketMQ's benchmark Producer's `-p` properties: pairs prop<i>=hello<v>, prop<i+1>=<v> (v counting up from
+    `start`) until their names and values pass `size` characters."""
+    props: dict[str, str] = {}
+    i = n = 0
+    while True:
+        k1, v1, k2, v2 = f"prop{i}", f"hello{start}", f"prop{i + 1}", str(start)
+        props[k1] = v1
+        props[k2] = v2
+        n += len(k1) + len(v1) + len(k2) + len(v2)
+        if n > size:
+            return props
+        i += 2
+        start += 2
 
 
 async def _ticker(rep: Reporter, stop: asyncio.Event, interval: float = 1.0) -> None:
@@ -197,6 +233,11 @@ async def run_producer(
     rate: float | None = None,
     idle_poll_us: int = 0,
     auto_batch: bool = False,
+    keys: bool = False,
+    tag_count: int = 0,
+    property_size: int = 0,
+    delay_level: int = 0,
+    report_interval: float = 1.0,
 ) -> dict[str, Any]:
     from ..producer.producer import Producer
 
@@ -233,9 +274,20 @@ async def run_producer(
         if slot > now:
             await asyncio.sleep(slot - now)
 
+    # (--property-size: upstream draws the first value at random per message; 100 prepared sets, drawn per message)
+    prop_sets = [user_properties(property_size, v) for v in range(100)] if property_size > 0 else []
+    plain = not (prop_sets or keys or tag_count or delay_level)
+
     def make() -> Message:
-        props = {E2E_PROPERTY: str(time.time_ns())} if e2e else None
-        return Message(topic, body, properties=props)
+        if plain:
+            return Message(topic, body, properties={E2E_PROPERTY: str(time.time_ns())} if e2e else None)
+        props = dict(random.choice(prop_sets)) if prop_sets else {}
+        if e2e:
+            props[E2E_PROPERTY] = str(time.time_ns())
+        now_ms = time.time_ns() // 1_000_000
+        # (as upstream: the key is the send second, the tag the send millisecond modulo the tag count)
+        return Message(topic, body, tags=f"tag{now_ms % tag_count}" if tag_count else None,
+                       keys=str(now_ms // 1000) if keys else None, properties=props, delay_level=delay_level)
 
     async def worker() -> None:
         while True:
@@ -260,7 +312,7 @@ async def run_producer(
             # Producer times sendOneway)
             rep.add(n, n * size, (time.perf_counter() - t0) * 1000.0)
 
-    ticker = asyncio.create_task(_ticker(rep, stop))
+    ticker = asyncio.create_task(_ticker(rep, stop, report_interval))
     try:
         # sync: `inflight` callers each waiting for their answer; async/batch: that many in flight.
         workers = inflight if mode in ("sync", "async", "batch") else 1
@@ -287,36 +339,56 @@ async def run_consumer(
     e2e: bool,
     json_out: bool,
     idle_poll_us: int = 0,
+    expression: str = "*",
+    threads: int = 20,
+    fail_rate: float = 0.0,
+    listener: str = "async",
+    orderly: bool = False,
+    report_interval: float = 1.0,
 ) -> dict[str, Any]:
+    from ..consumer import listener as listener_mod
+
     rep = Reporter("consumer", mode, json_out, "e2e" if e2e else "s2c")
     cc = ClientConfig(idle_poll_us=idle_poll_us)
     stop = asyncio.Event()
     deadline = time.monotonic() + duration if duration else None
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.get_ident()
+    lock = rep.lock
 
-    def account(msgs: Sequence[Any]) -> None:
+    def account(msgs: Sequence[Any]) -> bool:
+        """Count a listener call's messages (from the loop or a consume thread); True: this call fails
+        (--fail-rate), and its messages are counted as failures too."""
         now_ns = time.time_ns()
         n = len(msgs)
         nbytes = sum(len(m.body) for m in msgs)
-        hist = rep.window.hist
-        if e2e:
-            for m in msgs:
-                ts = m.properties.get(E2E_PROPERTY)
-                if ts is not None:
-                    hist.record((now_ns - int(ts)) / 1e6)
-        else:
-            # S2C: one histogram update per distinct millisecond of the batch, not per message (a batch
-            # of 32 usually spans one or two), so the accounting stays cheap at ~10^6 msgs/s.
-            now_ms = now_ns // 1_000_000
-            for stored, k in Counter(map(_store_timestamp, msgs)).items():
-                hist.record(max(now_ms - stored, 0), k)
-        rep.add(n, nbytes)
-        if count is not None and rep.total.msgs >= count:
-            stop.set()
+        failed = fail_rate > 0 and random.random() < fail_rate
+        with lock:
+            hist = rep.window.hist
+            if e2e:
+                for m in msgs:
+                    ts = m.properties.get(E2E_PROPERTY)
+                    if ts is not None:
+                        hist.record((now_ns - int(ts)) / 1e6)
+            else:
+                # S2C: one histogram update per distinct millisecond of the batch, not per message (a batch
+                # of 32 usually spans one or two), so the accounting stays cheap at ~10^6 msgs/s.
+                now_ms = now_ns // 1_000_000
+                for stored, k in Counter(map(_store_timestamp, msgs)).items():
+                    hist.record(max(now_ms - stored, 0), k)
+            rep.add(n, nbytes)
+            if failed:
+                rep.fail(n)
+            done = count is not None and rep.total.msgs >= count
+        if done:
+            if threading.get_ident() == loop_thread:
+                stop.set()
+            else:
+                loop.call_soon_threadsafe(stop.set)
+        return failed
 
-    ticker = asyncio.create_task(_ticker(rep, stop))
+    ticker = asyncio.create_task(_ticker(rep, stop, report_interval))
     try:
-        from ..consumer import listener as listener_mod
-
         cfw = (
             listener_mod.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
             if from_first
@@ -325,14 +397,23 @@ async def run_consumer(
         if mode == "push":
             from ..consumer.push_consumer import PushConsumer
 
-            consumer = PushConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw, client_config=cc)
-            consumer.subscribe(topic, "*")
+            consumer = PushConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw, client_config=cc,
+                                    consume_thread_min=threads, consume_thread_max=threads)
+            consumer.subscribe(topic, expression)
+            if orderly:
+                ok: Any = listener_mod.ConsumeOrderlyStatus.SUCCESS
+                again: Any = listener_mod.ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            else:
+                ok = listener_mod.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+                again = listener_mod.ConsumeConcurrentlyStatus.RECONSUME_LATER
 
-            async def on_message(msgs: list[Any], ctx: Any) -> Any:
-                account(msgs)
-                return listener_mod.ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            def plain_listener(msgs: list[Any], ctx: Any) -> Any:  # run in the consume threads
+                return again if account(msgs) else ok
 
-            consumer.register_listener(on_message)
+            async def async_listener(msgs: list[Any], ctx: Any) -> Any:
+                return again if account(msgs) else ok
+
+            consumer.register_listener(plain_listener if listener == "thread" else async_listener, orderly=orderly)
             await consumer.start()
             try:
                 while not stop.is_set():
@@ -349,7 +430,7 @@ async def run_consumer(
             from ..consumer.lite_pull_consumer import LitePullConsumer
 
             lite = LitePullConsumer(group, namesrv_addr=namesrv, consume_from_where=cfw, client_config=cc)
-            lite.subscribe(topic, "*")
+            lite.subscribe(topic, expression)
             await lite.start()
             try:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -382,6 +463,8 @@ def _common(f: Any) -> Any:
     f = click.option("--idle-poll-us", "idle_poll_us", type=click.IntRange(0, 100_000), default=0, show_default=True,
                      help="client idle polling after each exchange, up to this many microseconds "
                           "(ClientConfig.idle_poll_us; the window adapts to the gaps between answers)")(f)
+    f = click.option("--report-interval", "report_interval", type=click.FloatRange(0, min_open=True), default=1.0,
+                     show_default=True, help="seconds between the live lines")(f)
     return f
 
 
@@ -396,10 +479,17 @@ def _common(f: Any) -> Any:
 @click.option("--rate", type=float, default=None, help="send at most this many msgs/s in total (default: no limit)")
 @click.option("--auto-batch", "auto_batch", is_flag=True,
               help="the producer gathers single sends (sync, async) into batches: Producer(auto_batch=True)")
+@click.option("--keys", is_flag=True, help="give each message a key, the send second (the broker indexes it)")
+@click.option("--tag-count", "tag_count", type=click.IntRange(0), default=0, show_default=True,
+              help="tag messages tag0..tagN-1 (by the send millisecond); 0: no tags")
+@click.option("--property-size", "property_size", type=click.IntRange(0), default=0, show_default=True,
+              help="user properties of about this many characters a message (prop0=hello<v>, prop1=<v>, ...)")
+@click.option("--delay-level", "delay_level", type=click.IntRange(0), default=0, show_default=True,
+              help="delayed delivery at this level (the broker's messageDelayLevel: 1 = 1s, 2 = 5s, ...); 0: none")
 def producer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
-    idle_poll_us: int, size: int, mode: str, batch: int, inflight: int, group: str, rate: float | None,
-    auto_batch: bool,
+    idle_poll_us: int, report_interval: float, size: int, mode: str, batch: int, inflight: int, group: str,
+    rate: float | None, auto_batch: bool, keys: bool, tag_count: int, property_size: int, delay_level: int,
 ) -> int:
     """Send messages as fast as the mode (and --rate) allows."""
     if duration is None and count is None:
@@ -408,9 +498,11 @@ def producer(
         raise click.BadParameter("must be > 0", param_hint="--rate")
     if size < 1 or batch < 1 or inflight < 1:
         raise click.UsageError("--size, --batch and --threads/--inflight must be >= 1")
+    if delay_level and mode == "batch":
+        raise click.UsageError("--delay-level cannot be used with --mode batch: RocketMQ does not batch delayed messages")
     summary = run_loop(run_producer(
         _namesrv(namesrv), topic, size, mode, batch, inflight, duration, count, e2e, json_out, group, rate,
-        idle_poll_us, auto_batch,
+        idle_poll_us, auto_batch, keys, tag_count, property_size, delay_level, report_interval,
     ))
     return 1 if summary["failures"] else 0
 
@@ -420,15 +512,32 @@ def producer(
 @click.option("-g", "--group", default="BenchmarkConsumerGroup", show_default=True)
 @click.option("--mode", type=click.Choice(["push", "litepull"]), default="push", show_default=True)
 @click.option("--from-first", is_flag=True, help="start from the first offset (default: last)")
+@click.option("-e", "--expression", default="*", show_default=True,
+              help='tag expression the broker filters by, e.g. "tag1 || tag2"')
+@click.option("--threads", type=click.IntRange(1, 1000), default=None,
+              help="push: consume threads (consume_thread_min and max)  [default: 20]")
+@click.option("--fail-rate", "fail_rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="push: share of listener calls that fail (RECONSUME_LATER, or an orderly queue suspended), "
+                   "counted as failures")
+@click.option("--listener", type=click.Choice(["async", "thread"]), default="async", show_default=True,
+              help="push: an async def listener on the loop, or a plain function in the consume threads")
+@click.option("--orderly", is_flag=True, help="push: an orderly listener (queues locked, consumed in order)")
 def consumer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
-    idle_poll_us: int, group: str, mode: str, from_first: bool,
+    idle_poll_us: int, report_interval: float, group: str, mode: str, from_first: bool, expression: str,
+    threads: int | None, fail_rate: float, listener: str, orderly: bool,
 ) -> None:
     """Consume messages and report throughput (and end-to-end latency with --e2e)."""
     if duration is None and count is None:
         duration = 10.0
+    if mode == "litepull":
+        for name, given in (("--threads", threads is not None), ("--fail-rate", fail_rate > 0),
+                            ("--listener", listener != "async"), ("--orderly", orderly)):
+            if given:
+                raise click.UsageError(f"{name} is for --mode push (a lite pull consumer's application polls)")
     run_loop(run_consumer(
-        _namesrv(namesrv), topic, group, mode, duration, count, from_first, e2e, json_out, idle_poll_us
+        _namesrv(namesrv), topic, group, mode, duration, count, from_first, e2e, json_out, idle_poll_us,
+        expression, threads or 20, fail_rate, listener, orderly, report_interval,
     ))
 
 

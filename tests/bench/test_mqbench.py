@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,92 @@ def test_a_bad_idle_poll_value_names_the_option(cluster: tuple[str, str, Daemon]
     ns, _broker, _d = cluster
     rc, _lines, out = _run(["producer", "-n", ns, "-t", "BenchTopicT", "--count", "1", "--idle-poll-us", "-1"])
     assert rc != 0 and "--idle-poll-us" in out, out
+
+
+def _admin_json(args: list[str]) -> Any:
+    p = subprocess.run([sys.executable, str(BIN / "mqadmin"), *args, "--json"], capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout)
+
+
+def test_message_and_consumer_options(cluster: tuple[str, str, Daemon]) -> None:
+    """RocketMQ's benchmark options: what the producer's messages carry (tags, keys, user properties), and
+    the consumer's tag filter, consume threads, plain and orderly listeners and failing calls."""
+    ns, _broker, _d = cluster
+    topic = "BenchOpts"
+    p = subprocess.run([sys.executable, str(BIN / "mqadmin"), "updateTopic", "-n", ns, "-c", "DefaultCluster",
+                        "-t", topic, "-r", "4", "-w", "4"], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    sent_at = time.time()
+    rc, lines, out = _run(["producer", "-n", ns, "-t", topic, "--mode", "async", "--inflight", "16", "--count",
+                           "100", "--tag-count", "1", "--keys", "--property-size", "40", "--json"])
+    assert rc == 0 and _summary(lines, out)["msgs"] == 100, out
+    rc, lines, out = _run(["producer", "-n", ns, "-t", topic, "--mode", "async", "--count", "60", "--json"])
+    assert rc == 0 and _summary(lines, out)["msgs"] == 60, out
+
+    # The first message of queue 0 is one of the first run's: tag0, the send second as its key, and user
+    # properties prop0=hello<v>, prop1=<v>, ... past 40 characters.
+    m = _admin_json(["queryMsgByOffset", "-n", ns, "-t", topic, "-b", "broker-a", "-i", "0", "-o", "0"])
+    props = m["properties"]
+    assert props["TAGS"] == "tag0"
+    assert abs(int(props["KEYS"]) - sent_at) < 60, props
+    user = {k: v for k, v in props.items() if k.startswith("prop")}
+    assert sum(len(k) + len(v) for k, v in user.items()) > 40, props
+    v = int(props["prop1"])
+    assert props["prop0"] == f"hello{v}" and props["prop2"] == f"hello{v + 2}" and props["prop3"] == str(v + 2)
+
+    # The broker filters by tag: only the 100 tagged messages reach a plain listener in 2 consume threads.
+    rc, lines, out = _run(["consumer", "-n", ns, "-t", topic, "-g", "bench_tag0", "--from-first", "-e", "tag0",
+                           "--listener", "thread", "--threads", "2", "--duration", "8", "--json"])
+    assert rc == 0, out
+    s = _summary(lines, out)
+    assert s["msgs"] == 100 and s["failures"] == 0, s
+
+    # Every call fails: each message is counted once received and once failed (then goes to the retry topic).
+    rc, lines, out = _run(["consumer", "-n", ns, "-t", topic, "-g", "bench_fail", "--from-first", "--fail-rate",
+                           "1", "--count", "160", "--duration", "60", "--json"])
+    assert rc == 0, out
+    s = _summary(lines, out)
+    assert s["msgs"] >= 160 and s["failures"] == s["msgs"], s
+
+    rc, lines, out = _run(["consumer", "-n", ns, "-t", topic, "-g", "bench_orderly", "--from-first", "--orderly",
+                           "--listener", "thread", "--count", "160", "--duration", "60", "--json"])
+    assert rc == 0, out
+    s = _summary(lines, out)
+    assert s["msgs"] == 160 and s["failures"] == 0, s
+
+    rc, _lines, out = _run(["producer", "-n", ns, "-t", topic, "--mode", "batch", "--delay-level", "1", "--count", "1"])
+    assert rc != 0 and "--delay-level" in out, out
+    rc, _lines, out = _run(["consumer", "-n", ns, "-t", topic, "--mode", "litepull", "--fail-rate", "0.5"])
+    assert rc != 0 and "--fail-rate" in out, out
+
+
+def test_delayed_messages_arrive_a_level_later(cluster: tuple[str, str, Daemon]) -> None:
+    ns, _broker, _d = cluster
+    topic = "BenchDelay"
+    p = subprocess.run([sys.executable, str(BIN / "mqadmin"), "updateTopic", "-n", ns, "-c", "DefaultCluster",
+                        "-t", topic], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    consumer = subprocess.Popen(
+        MQBENCH + ["consumer", "-n", ns, "-t", topic, "-g", "bench_delay", "--e2e", "--count", "5", "--duration",
+                   "60", "--report-interval", "0.5", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert consumer.stdout is not None
+        first = consumer.stdout.readline()  # its first report: started and rebalanced
+        assert first.startswith("{"), first
+        rc, lines, out = _run(["producer", "-n", ns, "-t", topic, "--mode", "async", "--inflight", "5", "--count",
+                               "5", "--delay-level", "1", "--e2e", "--json"])
+        assert rc == 0 and _summary(lines, out)["failures"] == 0, out
+        rest, _ = consumer.communicate(timeout=90)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait(10)
+    assert consumer.returncode == 0, rest
+    c = _summary([json.loads(ln) for ln in (first + rest).splitlines() if ln.startswith("{")], rest)
+    # Level 1 is 1 s (messageDelayLevel "1s 5s ..."): without the delay they would arrive in milliseconds.
+    assert c["msgs"] == 5 and 900 <= c["e2e_p50_ms"] <= 5000, c
