@@ -7,6 +7,7 @@ counted by valgrind's callgrind (immune to the CPU steal and neighbours that mak
     .venv/bin/python bench/bench_callgrind.py --root /tmp/old-tree   # another checkout, same harness
     .venv/bin/python bench/bench_callgrind.py --workload single --topics 1000   # spread over 1000 topics
     .venv/bin/python bench/bench_callgrind.py --workload single --tags TagA      # messages with a TAGS property
+    .venv/bin/python bench/bench_callgrind.py --workload single --keys           # and a KEYS one (indexed)
 
 In-process: a real BrokerController and store (temporary directory), requests encoded as our producer
 puts them on the wire (SEND_BATCH_MESSAGE of 32 x 1 KiB, or SEND_MESSAGE_V2 of 1 KiB with WAIT and
@@ -85,7 +86,9 @@ def build_frames(requests: list[Any], group: int) -> list[bytes]:
 
 
 def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1,
-                   tags: str | None = None) -> list[Any]:
+                   tags: str | None = None, tag_count: int = 0, keys: bool = False) -> list[Any]:
+    """Our producer's requests. Singles may carry `tags` (one for all), `tag_count` tags (tag0.., one per
+    message in turn) and `keys` (a key per message, changing every 1 000: mqbench's send second)."""
     from client.message import Message, encode_messages
     from remoting.codes import RequestCode
     from remoting.command import RemotingCommand
@@ -116,9 +119,15 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
         else:
             seq += 1
             uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
+            # (as our producer orders them: TAGS, KEYS, WAIT, then the UNIQ_KEY it adds)
+            lead = tag_item
+            if tag_count:
+                lead = f"TAGS\x01tag{seq % tag_count}\x02"
+            if keys:
+                lead += f"KEYS\x01{1763800000 + seq // 1000}\x02"
             h = SendMessageRequestHeader(
                 producer_group="PG", topic=names[k % n_topics], queue_id=(k // n_topics) % 4,
-                born_timestamp=1763800000000, properties=tag_item + "WAIT\x01true\x02UNIQ_KEY\x01" + uniq,
+                born_timestamp=1763800000000, properties=lead + "WAIT\x01true\x02UNIQ_KEY\x01" + uniq,
                 default_topic="TBW102",
                 default_topic_queue_nums=4, reconsume_times=0,  # "j": "0", as our producer and Java's send it
             )
@@ -152,7 +161,7 @@ async def in_process_broker(name: str, topics: dict[str, int], **values: Any) ->
 
 
 async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                group: int | None = None, turns: int = 1, tags: str | None = None) -> None:
+                group: int | None = None, turns: int = 1, tags: str | None = None, keys: bool = False) -> None:
     from remoting.codec import FrameDecoder
 
     names = topic_names(n_topics)
@@ -170,14 +179,15 @@ async def child(workload: str, flush: str, n_requests: int, n_built: int, n_topi
         # Every queue of every topic once (single sends), so no timed run creates a queue file.
         n_warm = 10 * group if n_topics == 1 or workload == "batch" else -(-4 * n_topics // group) * group
         decoder = FrameDecoder()
-        for read in build_frames(build_requests(workload, n_warm, 0, n_topics, tags), group):
+        for read in build_frames(build_requests(workload, n_warm, 0, n_topics, tags, keys=keys), group):
             r = await proc.process_requests(ctx, decoder.feed(read))
             assert r[0] is not None and r[0].code == 0, (r[0] and r[0].code, r[0] and r[0].remark)
         await reput.wait_caught_up(10)
         # Both runs build as many requests (the long run's count), so building cancels out. Decoding the
         # frames is timed: it is part of the broker's work for each send.
         timed = build_frames(
-            build_requests(workload, max(n_built, n_requests), 10 * group * BATCH + n_warm, n_topics, tags), group)
+            build_requests(workload, max(n_built, n_requests), 10 * group * BATCH + n_warm, n_topics, tags, keys=keys),
+            group)
         gc.collect()
         gc.freeze()  # as remoting.loop.run does in the daemons
         for read in timed[: -(-n_requests // group)]:
@@ -222,12 +232,14 @@ def loop_thread_instructions(script: Path, args: list[str], keep: Path | None = 
 
 
 def instructions(root: Path, workload: str, flush: str, n_requests: int, n_built: int, n_topics: int = 1,
-                 keep: Path | None = None, group: int | None = None, turns: int = 1, tags: str | None = None) -> int:
+                 keep: Path | None = None, group: int | None = None, turns: int = 1, tags: str | None = None,
+                 keys: bool = False) -> int:
     """Loop-thread instructions of one child run under callgrind."""
     return loop_thread_instructions(Path(__file__).resolve(), [
         "--child", "--root", str(root), "--workload", workload, "--flush", flush,
         "--requests", str(n_requests), "--built", str(n_built), "--topics", str(n_topics),
-        *(["--group", str(group)] if group else []), "--turns", str(turns), *(["--tags", tags] if tags else [])], keep)
+        *(["--group", str(group)] if group else []), "--turns", str(turns), *(["--tags", tags] if tags else []),
+        *(["--keys"] if keys else [])], keep)
 
 
 def main() -> int:
@@ -247,6 +259,9 @@ def main() -> int:
     ap.add_argument("--tags", default=None,
                     help="single sends carry this TAGS property, as most producers' messages do (the broker's "
                          "general property path instead of the WAIT + UNIQ_KEY-only one)")
+    ap.add_argument("--keys", action="store_true",
+                    help="single sends carry a KEYS property too (a key a message, changing every 1 000: mqbench "
+                         "--keys), which the index adds an entry for")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy the long run's loop-thread callgrind output here (for callgrind_annotate), the "
                          "short run's to KEEP.small")
@@ -261,7 +276,7 @@ def main() -> int:
         configure_logging(level="ERROR")
         import uvloop
 
-        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics, a.group, a.turns, a.tags))
+        uvloop.run(child(a.workload, a.flush, a.requests, a.built, a.topics, a.group, a.turns, a.tags, a.keys))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install -y valgrind)")
@@ -270,14 +285,16 @@ def main() -> int:
     large = a.large or (240 if a.workload == "batch" else 3840)
     if a.topics < 1 or (a.topics > 1 and a.workload == "batch"):
         raise SystemExit("--topics: 1 or more, and only with --workload single")
-    if a.tags and a.workload != "single":
-        raise SystemExit("--tags: only with --workload single")
+    if (a.tags or a.keys) and a.workload != "single":
+        raise SystemExit("--tags, --keys: only with --workload single")
     lo = instructions(a.root, a.workload, a.flush, small, large, a.topics,
-                      a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns, a.tags)
-    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep, a.group, a.turns, a.tags)
+                      a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns, a.tags,
+                      a.keys)
+    hi = instructions(a.root, a.workload, a.flush, large, large, a.topics, a.keep, a.group, a.turns, a.tags, a.keys)
     per_msg = (hi - lo) / ((large - small) * per_request)
     spread = f", {a.topics} topics x 4 queues" if a.topics > 1 else ""
     spread += f", TAGS {a.tags!r}" if a.tags else ""
+    spread += ", KEYS" if a.keys else ""
     print(f"{a.root} {a.workload} {a.flush.upper()}_FLUSH{spread}: {per_msg:,.0f} loop-thread instructions per "
           f"message ({small} vs {large} requests)")
     return 0

@@ -30,7 +30,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple[str, ...]) -> dict[str, Any]:
+async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple[str, ...], tag_count: int = 0,
+                  keys: bool = False) -> dict[str, Any]:
     """Loop-thread CPU microseconds per message of each round, per side ("one", "many")."""
     import bench_callgrind as harness
 
@@ -47,7 +48,7 @@ async def measure(n_topics: int, rounds: int, per: int, group: int, sides: tuple
 
         def frames(side: str, n: int) -> list[bytes]:
             nonlocal seq
-            reqs = harness.build_requests("single", n, seq, len(names[side]))
+            reqs = harness.build_requests("single", n, seq, len(names[side]), tag_count=tag_count, keys=keys)
             seq += n
             sent[side] += n
             return harness.build_frames(reqs, group)
@@ -91,6 +92,8 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=32, help="frames per read (the broker answers every 32)")
     ap.add_argument("--side", choices=("both", "one", "many"), default="both")
     ap.add_argument("--root", type=Path, default=HERE.parent, help="the checkout to measure (default: this one)")
+    ap.add_argument("--tag-count", type=int, default=0, help="tag the messages tag0..tagN-1 in turn")
+    ap.add_argument("--keys", action="store_true", help="a key per message (as mqbench --keys: the send second)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if a.topics < 2 or a.rounds < 1 or a.per < 1 or a.group < 1:
@@ -103,7 +106,7 @@ def main() -> int:
     import uvloop
 
     sides = ("one", "many") if a.side == "both" else (a.side,)
-    us = uvloop.run(measure(a.topics, a.rounds, a.per, a.group, sides))
+    us = uvloop.run(measure(a.topics, a.rounds, a.per, a.group, sides, a.tag_count, a.keys))
     out: dict[str, Any] = {"root": str(a.root), "topics": a.topics, "rounds": us}
     med = {s: statistics.median(v) for s, v in us.items()}
     out["median_us"] = med

@@ -510,23 +510,32 @@ class IndexFile:
         return True
 
     def put_key_hashes(self, hashes: list[int], phy_offsets: list[int], store_timestamp: int) -> bool:
-        """put_key_hash for the keys of one dispatch run (one store time, rising offsets, one key per record)
-        with C-level calls: all entries with one pack (they are consecutive), then the slots. False, having
-        written nothing, when the run does not fit the common case (room, a started file, no two keys in one
-        slot, no torn slot): put them one by one then."""
+        """put_key_hash for the keys of one dispatch run (one store time, offsets not falling: a record's
+        keys share its offset) with C-level calls: all entries with one pack (they are consecutive), then
+        the slots. False, having written nothing, when the run does not fit the common case (room, a started
+        file, no torn slot): put them one by one then."""
         n = len(hashes)
         count = self.index_count
         if n > _MAX_RUN or count <= 1 or count + n > self.index_num or self.begin_timestamp <= 0:
             return False
         hsn = self.hash_slot_num
         slots = [h % hsn for h in hashes]
-        if len(set(slots)) != n:
-            return False  # a chain inside the run: each entry must see the one before it
         view = self._slots
         native, big = _swap_structs(n)
         prevs = big.unpack(native.pack(*map(view.__getitem__, slots)))
         if min(prevs) < 0 or max(prevs) >= count:
             return False  # a torn update or a bad slot: put_key_hash repairs those
+        if len(set(slots)) != n:
+            # Keys of one slot in the run (one key on many records, as a benchmark's send second): each entry
+            # chains to the run's previous one in its slot, as one-by-one puts would; the slots are set in
+            # order below, so each ends at its last entry.
+            prevs = list(prevs)
+            last: dict[int, int] = {}
+            for j, slot in enumerate(slots):
+                at = last.get(slot)
+                if at is not None:
+                    prevs[j] = count + at
+                last[slot] = j
         time_diff = (store_timestamp - self.begin_timestamp) // 1000
         if time_diff > _INT_MAX:
             time_diff = _INT_MAX
@@ -876,6 +885,47 @@ class IndexService:
         if f is None:
             return False
         return f.put_key_hashes(self.key_hasher.index_hashes_mixed(topics, uniq_keys), phy_offsets, store_timestamp)
+
+    def build_index_keyed_records(
+        self, topics: list[str], phy_offsets: list[int], store_timestamp: int, keys: list[str], key_at: list[int]
+    ) -> bool:
+        """build_index_uniq_records for entries of single records some of which have KEYS too: each record's
+        UNIQ_KEY entry followed by one a key (build_index's order), `key_at` the (rising) places of the KEYS
+        entries, `topics` and `phy_offsets` each entry's record's. The UNIQ_KEYs hash in bulk as there, the
+        keys likewise (when of one length and few prefixes: ids, or upstream's benchmark key, the send
+        second) or one by one; all go in one run. False, having indexed nothing, when it does not go in bulk."""
+        f = self._run_file(phy_offsets[0], 0)
+        if f is None:
+            return False
+        n = len(keys)
+        is_key = [False] * n
+        for j in key_at:
+            is_key[j] = True
+        u_at = [i for i in range(n) if not is_key[i]]
+        uniqs = [keys[i] for i in u_at]
+        ks = [keys[j] for j in key_at]
+        hasher = self.key_hasher
+        topic = topics[0]
+        if topics.count(topic) == n:
+            uh = hasher.index_hashes(topic, uniqs)
+            if uh is None:
+                return False
+            kh = hasher.index_hashes(topic, ks)
+            if kh is None:
+                kh = _abs_signed([hasher.hash_unsigned(topic, k) for k in ks])
+        else:
+            uh = hasher.index_hashes_mixed([topics[i] for i in u_at], uniqs)
+            kh = hasher.index_hashes_mixed([topics[j] for j in key_at], ks)
+        hashes = [0] * n
+        if 2 * len(key_at) == n and key_at == list(range(1, n, 2)):
+            hashes[0::2] = uh  # one key a record: every other entry
+            hashes[1::2] = kh
+        else:
+            for i, h in zip(u_at, uh, strict=True):
+                hashes[i] = h
+            for j, h in zip(key_at, kh, strict=True):
+                hashes[j] = h
+        return f.put_key_hashes(hashes, phy_offsets, store_timestamp)
 
     def build_index_uniq_column(
         self, topic: str, phy_offsets: list[int], store_timestamp: int, sys_flag: int, column: list[bytes]

@@ -330,6 +330,7 @@ class ReputMessageService:
         g_phys: list[int] = []
         g_uniqs: list[str] = []
         g_topics: list[str] = []
+        g_key_at: list[int] = []  # the places of KEYS entries in the lists above (the rest are UNIQ_KEYs)
         g_ts = 0
         try:
             while done < budget:
@@ -343,7 +344,7 @@ class ReputMessageService:
                             pending.appendleft(rec)  # runs go whole: the next slice takes it
                             break
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
                         n = self._dispatch_run_now(rec, listeners)
                         if not n:  # a file to create first: the general way, which awaits
                             n = await self._dispatch_run(rec, listeners)
@@ -381,7 +382,7 @@ class ReputMessageService:
                     cq_mf = cq.tail_file
                     if cq_mf is None or cq_mf.wrote_position >= cq_mf.file_size:
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
                         # Only this task moves reput_from_offset, so `rec` stays current across the await.
                         await self._create_queue_files(cq, qo)
                         max_off = cl.get_max_offset()
@@ -408,7 +409,7 @@ class ReputMessageService:
                         store_ts != g_ts or len(g_phys) >= _MAX_GATHER
                         or f is None or f.index_num - f.index_count <= len(g_phys)
                     ):
-                        _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                        _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
                     if (
                         uniq and not keys and f is not None and f.index_num - f.index_count > len(g_phys)
                         and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK
@@ -429,9 +430,27 @@ class ReputMessageService:
                             if h & 0x80000000:
                                 h = 0 if h == 0x80000000 else 0x100000000 - h
                             f.put_key_hash(h, phy, store_ts)
+                    elif (
+                        uniq and keys and f is not None and phy > f.end_phy_offset and tran != _TRAN_ROLLBACK
+                        and f.index_num - f.index_count > len(g_phys) + keys.count(_KEY_SEP) + 1
+                        and (g_phys or (pending and len(nxt := pending[0]) != RUN_LEN and nxt[6] == store_ts))
+                    ):
+                        # With KEYS too, gathered the same way: its UNIQ_KEY entry, then one a key (build_index's
+                        # order), their places in the lists marked as keys.
+                        if not g_phys:
+                            g_ts = store_ts
+                        g_phys.append(phy)
+                        g_uniqs.append(uniq)
+                        g_topics.append(topic)
+                        for k in keys.split(_KEY_SEP):
+                            if k:
+                                g_key_at.append(len(g_phys))
+                                g_phys.append(phy)
+                                g_uniqs.append(k)
+                                g_topics.append(topic)
                     else:
                         if g_phys:
-                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                            _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
                         f = _index_file_with_room(idx, keys, uniq)
                         if f is None:
                             await self._roll_index(idx)
@@ -463,7 +482,7 @@ class ReputMessageService:
                 done += 1
         finally:
             if g_phys:
-                _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs)  # type: ignore[arg-type]
+                _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
             if deleted:
                 upto = self.reput_from_offset
                 for t in [t for t, cut in deleted.items() if cut <= upto]:
@@ -744,18 +763,35 @@ def _notify_run(
 
 def _index_gathered(
     idx: IndexService, key_hash: Callable[[str, str], int], topics: list[str], store_ts: int, phys: list[int],
-    uniqs: list[str],
+    keys: list[str], key_at: list[int],
 ) -> None:
-    """Write the gathered UNIQ_KEY entries (do_reput: one store time, room for all in the last file, after
-    its end; one topic, or pipelined sends spread over many) as one run, or one by one when the run does
-    not go in bulk; empties the lists."""
-    if len(phys) == 1 or not idx.build_index_uniq_records(topics, phys, store_ts, uniqs):
+    """Write the gathered index entries (do_reput: one store time, room for all in the last file, after
+    its end; one topic, or pipelined sends spread over many): each record's UNIQ_KEY, then its KEYS (the
+    entries at `key_at`), as one run, or record by record when the run does not go in bulk; empties the
+    lists."""
+    if len(phys) == 1 or not (
+        idx.build_index_keyed_records(topics, phys, store_ts, keys, key_at) if key_at
+        else idx.build_index_uniq_records(topics, phys, store_ts, keys)
+    ):
         f = idx.index_file_list[-1]
-        for phy, uniq, t in zip(phys, uniqs, topics, strict=True):
-            _index_record(idx, f, key_hash, t, phy, store_ts, 0, None, uniq, _TRAN_NOT)
+        if key_at:
+            # Each record: its UNIQ_KEY entry, then the KEYS entries that follow it.
+            marked = set(key_at)
+            records: list[tuple[str, int, str, list[str]]] = []
+            for i, (phy, key, t) in enumerate(zip(phys, keys, topics, strict=True)):
+                if i in marked:
+                    records[-1][3].append(key)
+                else:
+                    records.append((t, phy, key, []))
+            for t, phy, uniq, ks in records:
+                idx.build_index(t, phy, store_ts, 0, _KEY_SEP.join(ks) or None, uniq)
+        else:
+            for phy, uniq, t in zip(phys, keys, topics, strict=True):
+                _index_record(idx, f, key_hash, t, phy, store_ts, 0, None, uniq, _TRAN_NOT)
     phys.clear()
-    uniqs.clear()
+    keys.clear()
     topics.clear()
+    key_at.clear()
 
 
 def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:

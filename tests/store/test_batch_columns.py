@@ -259,10 +259,18 @@ def test_put_key_hashes_writes_what_put_key_hash_writes(tmp_path: Path) -> None:
     assert bytes(a.mm) == bytes(b.mm)
     assert (a.index_count, a.hash_slot_count, a.end_phy_offset, a.end_timestamp) == (
         b.index_count, b.hash_slot_count, b.end_phy_offset, b.end_timestamp)
-    # Two keys of one run in one slot: refused without writing, so the caller goes key by key.
-    before = bytes(a.mm)
-    assert not a.put_key_hashes([1, 65], [700, 800], ts + 6000)
-    assert bytes(a.mm) == before
+    # Keys of one run in one slot (1, 65, 129 and 65 again; a record's keys share its offset): each entry
+    # chains to the run's previous one in its slot, and the slot ends at the last, as key by key.
+    hashes = [1, 65, 7, 129, 65, 70]
+    phys = [700, 700, 800, 800, 900, 900]
+    assert a.put_key_hashes(hashes, phys, ts + 6000)
+    for h, p in zip(hashes, phys, strict=True):
+        assert b.put_key_hash(h, p, ts + 6000)
+    a.commit_header()
+    b.commit_header()
+    assert bytes(a.mm) == bytes(b.mm)
+    assert (a.index_count, a.hash_slot_count, a.end_phy_offset) == (b.index_count, b.hash_slot_count, b.end_phy_offset)
+    assert [p for p in (700, 800, 900) if a.has_entry(65, p)] == [700, 900]
     # No room for the whole run: refused too.
     assert not a.put_key_hashes(list(range(300)), list(range(1000, 1300)), ts + 6000)
     # A file without its first entry: refused (put_key_hash anchors the begin timestamp).
@@ -522,7 +530,8 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
     make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pipelined single sends: the UNIQ_KEY entries of consecutive records of one store time are written
-    as one run, across topics too; records with KEYS, rollbacks and keyless ones break the run. The
+    as one run, across topics too, and so are the KEYS of those that have them (one key a record, several,
+    or one key shared by records: a chain inside the run); rollbacks and keyless ones break the run. The
     entries and slots are those of indexing record by record, in commit log order."""
 
     def units() -> list[list[object]]:
@@ -531,6 +540,10 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
             topic = "TopicB" if i in (7, 8, 30) else "TopicTest"
             if i == 12:
                 out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", keys="k1 k2")])
+            elif i == 13:
+                out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", keys="order-13")])
+            elif i >= 32:  # a key a record, each shared by four (as mqbench --keys: the send second)
+                out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", keys=f"{1763800000 + i // 4}")])
             elif i == 20:
                 out.append([make_msg(topic=topic)])  # no keys at all
             elif i == 25:
@@ -559,6 +572,15 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
         return ok
 
     monkeypatch.setattr(IndexService, "build_index_uniq_records", spy_mixed)
+    build_keyed = IndexService.build_index_keyed_records
+
+    def spy_keyed(self: IndexService, topics: list[str], *args: Any) -> bool:
+        ok = build_keyed(self, topics, *args)
+        if ok:
+            mixed.append(list(topics))
+        return ok
+
+    monkeypatch.setattr(IndexService, "build_index_keyed_records", spy_keyed)
     stores = []
     for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
         store = make_store(root)
@@ -567,22 +589,27 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
             if not bulk:
                 mp.setattr(IndexService, "build_index_uniq_run", lambda *a, **k: False)
                 mp.setattr(IndexService, "build_index_uniq_records", lambda *a, **k: False)
+                mp.setattr(IndexService, "build_index_keyed_records", lambda *a, **k: False)
             for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
                 rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
                 assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
             assert await store.wait_dispatched(5)
         stores.append(store)
     assert runs and min(runs) > 1 and sum(runs) > 25  # gathered runs in the first store only
+    assert sum(runs) > 40 - 2  # more entries in runs than there are UNIQ_KEYs: the KEYS went in runs too
     # Records 7, 8 (TopicB) went in one run with their TopicTest neighbours, not alone.
     assert any("TopicB" in t and "TopicTest" in t for t in mixed), mixed
     a, b = (_index_entries(s) for s in stores)
-    assert a == b and len(a[0]) == 40 - 2 + 2  # rollback and keyless: none; KEYS record: three
+    # rollback and keyless: none; record 12: three, 13 and 32..39: two
+    assert a == b and len(a[0]) == 40 - 2 + 2 + 1 + 8
     now = int(time.time() * 1000)
     for i in (0, 6, 7, 9, 15, 16, 31, 39):
         topic = "TopicB" if i in (7, 8, 30) else "TopicTest"
         got = stores[0].query_message(topic, f"7F000001AAAA0000{i:04X}", 4, 0, now + 1000)
         assert len(got.message_buffers) == 1, i
     assert len(stores[0].query_message("TopicTest", "k2", 4, 0, now + 1000).message_buffers) == 1
+    assert len(stores[0].query_message("TopicTest", "order-13", 4, 0, now + 1000).message_buffers) == 1
+    assert len(stores[0].query_message("TopicTest", "1763800008", 8, 0, now + 1000).message_buffers) == 4
 
 
 def test_single_key_hash_matches_java() -> None:
@@ -598,3 +625,48 @@ def test_single_key_hash_matches_java() -> None:
             key = "7F0000010E1C18B4AAC2" + key
         for _ in range(2):  # the second time from the cached head
             assert h.hash_unsigned(topic, key) == java_hash_unsigned(f"{topic}#{key}"), (topic, key)
+
+
+async def test_keyed_records_in_one_run_as_record_by_record(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path
+) -> None:
+    """build_index_keyed_records writes what build_index writes record by record: each record's UNIQ_KEY,
+    then its keys, whether every record has one key (interleaved with slices), some have several or none,
+    keys repeat across records (chains in the run) or the records span topics."""
+    cases = [
+        (["T"] * 6, [[f"id-{i}"] for i in range(6)]),
+        (["T"] * 6, [["a", "b"], [], ["c"], [], ["a"], ["x", "y", "z"]]),
+        (["T", "U", "T", "U"], [["1763800001"], ["1763800001"], ["1763800001"], []]),
+    ]
+    for n_case, (topics, keys) in enumerate(cases):
+        stores = []
+        for name in ("bulk", "single"):
+            store = make_store(tmp_path / f"{name}{n_case}")
+            await store.start()
+            idx = store.index_service
+            assert idx is not None
+            assert idx.index_file_list[-1].put_key_hash(1, 50, 1_700_000_000_000)  # a started file
+            phys = [100 * (i + 1) for i in range(len(topics))]
+            uniqs = [f"7F000001AAAA0000{i:04X}" for i in range(len(topics))]
+            ts = 1_700_000_001_000
+            if name == "bulk":  # the entries as do_reput gathers them: a record's UNIQ_KEY, then its keys
+                e_topics: list[str] = []
+                e_phys: list[int] = []
+                e_keys: list[str] = []
+                at: list[int] = []
+                for t, phy, u, ks in zip(topics, phys, uniqs, keys, strict=True):
+                    for j, k in enumerate([u, *ks]):
+                        if j:
+                            at.append(len(e_keys))
+                        e_topics.append(t)
+                        e_phys.append(phy)
+                        e_keys.append(k)
+                assert idx.build_index_keyed_records(e_topics, e_phys, ts, e_keys, at)
+            else:
+                for t, phy, u, ks in zip(topics, phys, uniqs, keys, strict=True):
+                    idx.build_index(t, phy, ts, 0, " ".join(ks) or None, u)
+            stores.append(store)
+        a, b = (_index_entries(s) for s in stores)
+        assert a == b and len(a[0]) == 1 + len(topics) + sum(map(len, keys)), n_case  # (1: the first entry)
+        for s in stores:
+            await s.shutdown()
