@@ -263,6 +263,7 @@ class SendMessageProcessor:
         self._transform_always = False  # a transformer without triggers: every send goes through them
         self._transform_triggers: frozenset[str] = frozenset()
         self._transformer_triggers: list[frozenset[str] | None] = []  # per transformer, in order
+        self._property_shapes = PropertyShapes()
 
     def add_message_transformer(self, fn: MessageTransformer, triggers: Iterable[str] | None = None) -> None:
         """fn(msg, send_ctx) for each message before it is stored. With `triggers`, fn acts only on
@@ -345,6 +346,7 @@ class SendMessageProcessor:
         cluster = run.cluster
         cluster_item = run.cluster_item
         sep_cluster_item = _SEP + cluster_item
+        shapes = self._property_shapes.get
         for i, cmd in enumerate(cmds):
             code = cmd.code
             try:
@@ -438,13 +440,9 @@ class SendMessageProcessor:
                         # holds no separator), so neither a split nor a search for WAIT.
                         props = {_PROP_WAIT: "true", _PROP_UNIQ: uniq, _PROP_CLUSTER: cluster}
                         stored = ps[_WAIT_TRUE_ITEM_LEN:] + sep_cluster_item
-                    elif (props := _canonical_properties(ps)) is not None:
-                        if _PROP_CLUSTER in props or _PROP_TRAN_PREPARED in props:
-                            props = None  # re-encoded / refused or flagged: _build_message's job
-                        else:
-                            # With tags, keys or user properties: the wire string, less WAIT, is stored.
-                            stored = _stored_properties(ps, props, cluster_item)
-                            props[_PROP_CLUSTER] = cluster
+                    elif (made := shapes(ps, cluster, cluster_item)) is not None:
+                        # With tags, keys or user properties: the wire string, less WAIT, is stored.
+                        props, stored = made
                 if props is not None:
                     if body.__class__ is not bytes:
                         body = b"" if body is None else bytes(body)
@@ -1198,6 +1196,80 @@ def _canonical_properties(raw: str) -> dict[str, str] | None:
     if len(props) != len(items) or "" in props or "" in props.values():
         return None
     return props
+
+
+_UNIQ_ITEM = _PROP_UNIQ + NAME_VALUE_SEPARATOR
+_SEP_UNIQ_ITEM = PROPERTY_SEPARATOR + _UNIQ_ITEM
+_UNIQ_ITEM_LEN = len(_UNIQ_ITEM)
+PROPERTY_SHAPES_MAX = 1024  # property shapes remembered (PropertyShapes)
+PROPERTY_SHAPES_REST = 4096  # single sends that skip the memo after it filled up
+
+
+class PropertyShapes:
+    """The send path's properties for a single send with tags, keys or user properties: its dict and its
+    stored string (canonical: each item one non-empty name\x01value, no name twice; less WAIT; CLUSTER
+    added), remembered by the wire string's shape, which is that string without the UNIQ_KEY value (a
+    producer's messages repeat their tags, keys and properties; the id is new each time). A hit copies
+    the dict and joins the string around the new id instead of splitting every item again (0.25 against
+    1.4 us, timeit). Bounded: when PROPERTY_SHAPES_MAX shapes are held (every message its own, e.g. an
+    order id as its key) the memo is emptied and the next PROPERTY_SHAPES_REST sends go without it."""
+
+    __slots__ = ("shapes", "cluster", "rest")
+
+    def __init__(self) -> None:
+        # shape -> (the dict with CLUSTER, UNIQ_KEY "" at its place; stored string before and after the id)
+        self.shapes: dict[str, tuple[dict[str, str], str, str]] = {}
+        self.cluster = ""
+        self.rest = 0
+
+    def get(self, raw: str, cluster: str, cluster_item: str) -> tuple[dict[str, str], str] | None:
+        """(dict, stored string) of canonical `raw`, or None (not canonical, or CLUSTER or a prepared
+        transaction in it: _build_message's job)."""
+        if self.rest:
+            self.rest -= 1
+            return _canonical_and_stored(raw, cluster, cluster_item)
+        u = raw.rfind(_SEP_UNIQ_ITEM) + 1  # (from the end: our producer puts the id last)
+        if not u and not raw.startswith(_UNIQ_ITEM):
+            return _canonical_and_stored(raw, cluster, cluster_item)
+        v = u + _UNIQ_ITEM_LEN
+        e = raw.find(_SEP, v)
+        if e < 0:
+            e = len(raw)
+        uniq = raw[v:e]
+        if not uniq or _NV in uniq:
+            return _canonical_and_stored(raw, cluster, cluster_item)
+        shape = f"{raw[:v]}{raw[e:]}"
+        if cluster != self.cluster:
+            self.shapes.clear()
+            self.cluster = cluster
+        hit = self.shapes.get(shape)
+        if hit is not None:
+            props = hit[0].copy()
+            props[_PROP_UNIQ] = uniq
+            return props, f"{hit[1]}{uniq}{hit[2]}"
+        made = _canonical_and_stored(raw, cluster, cluster_item)
+        if made is not None:
+            props, stored = made
+            # The id is in the stored string once, in its item (values hold no separator).
+            at = stored.find(f"{_UNIQ_ITEM}{uniq}")
+            if at == 0 or (at > 0 and stored[at - 1] == _SEP):
+                if len(self.shapes) >= PROPERTY_SHAPES_MAX:
+                    self.shapes.clear()
+                    self.rest = PROPERTY_SHAPES_REST
+                template = props.copy()
+                template[_PROP_UNIQ] = ""
+                begin = at + _UNIQ_ITEM_LEN
+                self.shapes[shape] = (template, stored[:begin], stored[begin + len(uniq):])
+        return made
+
+
+def _canonical_and_stored(raw: str, cluster: str, cluster_item: str) -> tuple[dict[str, str], str] | None:
+    props = _canonical_properties(raw)
+    if props is None or _PROP_CLUSTER in props or _PROP_TRAN_PREPARED in props:
+        return None  # re-encoded / refused or flagged: _build_message's job
+    stored = _stored_properties(raw, props, cluster_item)
+    props[_PROP_CLUSTER] = cluster
+    return props, stored
 
 
 _BATCH_PROPS_CACHE: dict[tuple[str | None, str], tuple[dict[str, str], bytes]] = {}

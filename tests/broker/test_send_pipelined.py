@@ -8,6 +8,10 @@ import random
 from pathlib import Path
 
 from broker.processor.send_message_processor import (
+    PROPERTY_SHAPES_MAX,
+    PROPERTY_SHAPES_REST,
+    PropertyShapes,
+    _canonical_and_stored,
     _decode_properties,
     _encode_without_wait,
     _stored_properties,
@@ -110,3 +114,51 @@ def test_stored_properties_string_matches_reencoding() -> None:
                 want = dict(p)
                 want["CLUSTER"] = "C"
                 assert _stored_properties(raw, p, "CLUSTER\x01C") == _encode_without_wait(want), repr(raw)
+
+
+def test_property_shapes_give_what_splitting_every_item_gives() -> None:
+    """PropertyShapes (the send path's memo of a properties string without its UNIQ_KEY value) answers as
+    _canonical_and_stored for any string: the same dict, in the same order, and the same stored string,
+    on a first sight, on a hit with another id, and for strings that only look like a known shape (an id
+    with a separator in it, an empty id, UNIQ_KEY as the end of a longer name)."""
+    rnd = random.Random(11)
+    parts = ["a", "b", "WAIT", "CLUSTER", "\x01", "\x02", "x", "UNIQ_KEY", "", "TAGS", "KEYS", "\u00e9"]
+    heads = ["TAGS\x01t1\x02KEYS\x01k\x02WAIT\x01true\x02", "WAIT\x01true\x02", "a\x01b\x02", "",
+             "TAGS\x01t\x02MY", "UNIQ_KEY\x01z\x02", "TRAN_MSG\x01true\x02", "CLUSTER\x01c\x02"]
+    tails = ["", "\x02x\x01y", "\x02WAIT\x01false", "\x02", "\x02TAGS\x01t2"]
+    ids = ["7F00000100010002", "AB", "", "a\x01b", "x\x02y", "\u00e9"]
+    shapes = PropertyShapes()
+    hits = 0
+    for n in range(30000):
+        if n % 3 == 0:
+            raw = "".join(rnd.choice(parts) for _ in range(rnd.randint(0, 12)))
+        else:
+            raw = f"{rnd.choice(heads)}UNIQ_KEY\x01{rnd.choice(ids)}{n % 97 if n % 2 else ''}{rnd.choice(tails)}"
+        before = len(shapes.shapes)
+        got = shapes.get(raw, "C", "CLUSTER\x01C")
+        hits += len(shapes.shapes) == before and got is not None
+        want = _canonical_and_stored(raw, "C", "CLUSTER\x01C")
+        assert (got is None) == (want is None), repr(raw)
+        if got is not None and want is not None:
+            assert list(got[0].items()) == list(want[0].items()) and got[1] == want[1], repr(raw)
+            got[0]["TAGS"] = "changed by the caller"  # a hit hands out its own copy
+    assert hits > 3000  # (about 5 400 with this seed)
+
+
+def test_property_shapes_stay_bounded_when_every_message_has_its_own() -> None:
+    shapes = PropertyShapes()
+    for n in range(PROPERTY_SHAPES_MAX):
+        shapes.get(f"KEYS\x01order-{n}\x02WAIT\x01true\x02UNIQ_KEY\x01{n:08X}", "C", "CLUSTER\x01C")
+    assert len(shapes.shapes) == PROPERTY_SHAPES_MAX and not shapes.rest
+    raw = "KEYS\x01order-x\x02WAIT\x01true\x02UNIQ_KEY\x01FFFF"
+    assert shapes.get(raw, "C", "CLUSTER\x01C") == _canonical_and_stored(raw, "C", "CLUSTER\x01C")
+    # Full: emptied, and the next sends go without it for a while (then it learns again).
+    assert len(shapes.shapes) == 1 and shapes.rest == PROPERTY_SHAPES_REST
+    for n in range(PROPERTY_SHAPES_REST):
+        shapes.get(f"KEYS\x01again-{n}\x02UNIQ_KEY\x01{n:08X}", "C", "CLUSTER\x01C")
+    assert len(shapes.shapes) == 1 and shapes.rest == 0
+    shapes.get("KEYS\x01new\x02UNIQ_KEY\x0101", "C", "CLUSTER\x01C")
+    assert len(shapes.shapes) == 2
+    # Another cluster name: what was learnt for the old one is dropped.
+    got = shapes.get("KEYS\x01new\x02UNIQ_KEY\x0102", "D", "CLUSTER\x01D")
+    assert got is not None and got[1].endswith("CLUSTER\x01D") and got[0]["CLUSTER"] == "D"
