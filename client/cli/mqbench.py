@@ -361,7 +361,7 @@ async def run_consumer(
         (--fail-rate), and its messages are counted as failures too."""
         now_ns = time.time_ns()
         n = len(msgs)
-        nbytes = sum(len(m.body) for m in msgs)
+        nbytes = len(msgs[0].body) if n == 1 else sum(len(m.body) for m in msgs)
         failed = fail_rate > 0 and random.random() < fail_rate
         with lock:
             hist = rep.window.hist
@@ -370,6 +370,8 @@ async def run_consumer(
                     ts = m.properties.get(E2E_PROPERTY)
                     if ts is not None:
                         hist.record((now_ns - int(ts)) / 1e6)
+            elif n == 1:  # (RocketMQ's default: one message a call)
+                hist.record(max(now_ns // 1_000_000 - msgs[0].store_timestamp, 0))
             else:
                 # S2C: one histogram update per distinct millisecond of the batch, not per message (a batch
                 # of 32 usually spans one or two), so the accounting stays cheap at ~10^6 msgs/s.
