@@ -87,7 +87,7 @@ def build_frames(requests: list[Any], group: int) -> list[bytes]:
 
 def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1,
                    tags: str | None = None, tag_count: int = 0, keys: bool = False) -> list[Any]:
-    """Our producer's requests. Singles may carry `tags` (one for all), `tag_count` tags (tag0.., one per
+    """Our producer's requests. Messages may carry `tags` (one for all), `tag_count` tags (tag0.., one per
     message in turn) and `keys` (a key per message, changing every 1 000: mqbench's send second)."""
     from client.message import Message, encode_messages
     from remoting.codes import RequestCode
@@ -108,7 +108,10 @@ def build_requests(workload: str, n_requests: int, start: int, n_topics: int = 1
                 seq += 1
                 uniq = f"7F0000010E1C18B4AAC2{seq // 1280:08X}{seq % 1280:04X}"
                 m.properties["UNIQ_KEY"] = uniq
-                props.append("WAIT\x01true\x02UNIQ_KEY\x01" + uniq)
+                lead = f"TAGS\x01tag{seq % tag_count}\x02" if tag_count else tag_item
+                if keys:
+                    lead += f"KEYS\x01{1763800000 + seq // 1000}\x02"
+                props.append(lead + "WAIT\x01true\x02UNIQ_KEY\x01" + uniq)
             h = SendMessageRequestHeader(
                 producer_group="PG", topic="CallgrindT", queue_id=k % 4, born_timestamp=1763800000000,
                 properties=encode_properties({"WAIT": "true"}), batch=True, default_topic="TBW102",
@@ -285,8 +288,6 @@ def main() -> int:
     large = a.large or (240 if a.workload == "batch" else 3840)
     if a.topics < 1 or (a.topics > 1 and a.workload == "batch"):
         raise SystemExit("--topics: 1 or more, and only with --workload single")
-    if (a.tags or a.keys) and a.workload != "single":
-        raise SystemExit("--tags, --keys: only with --workload single")
     lo = instructions(a.root, a.workload, a.flush, small, large, a.topics,
                       a.keep.with_name(a.keep.name + ".small") if a.keep else None, a.group, a.turns, a.tags,
                       a.keys)

@@ -605,7 +605,17 @@ class ReputMessageService:
         ):
             uniqs = list(map(dict.get, props_list, repeat(_PROP_UNIQ)))
             keys_col = list(map(dict.get, props_list, repeat(_PROP_KEYS)))
-            if any(keys_col) or not all(uniqs) or not idx.build_index_uniq_run(topic, phys, store_ts, sys_flag, uniqs):
+            if not all(uniqs):
+                bulk = False
+            elif not any(keys_col):
+                bulk = idx.build_index_uniq_run(topic, phys, store_ts, sys_flag, uniqs)
+            elif tran != _TRAN_ROLLBACK:
+                # Records with KEYS: as the dispatcher's gathered single records, each UNIQ_KEY then its keys.
+                e_phys, e_keys, key_at = _keyed_entries(phys, uniqs, keys_col)  # type: ignore[arg-type]
+                bulk = idx.build_index_keyed_records([topic] * len(e_keys), e_phys, store_ts, e_keys, key_at)
+            else:
+                bulk = False
+            if not bulk:
                 key_hash = idx.key_hasher.hash_unsigned
                 for k in range(n):
                     keys = keys_col[k]
@@ -792,6 +802,26 @@ def _index_gathered(
     keys.clear()
     topics.clear()
     key_at.clear()
+
+
+def _keyed_entries(
+    phys: list[int], uniqs: list[str], keys_col: list[str | None]
+) -> tuple[list[int], list[str], list[int]]:
+    """A run's index entries as IndexService.build_index_keyed_records takes them: each record's UNIQ_KEY,
+    then its keys; with each entry's offset and the places of the KEYS entries."""
+    e_phys: list[int] = []
+    e_keys: list[str] = []
+    key_at: list[int] = []
+    for phy, uniq, keys in zip(phys, uniqs, keys_col, strict=True):
+        e_phys.append(phy)
+        e_keys.append(uniq)
+        if keys:
+            for k in keys.split(_KEY_SEP):
+                if k:
+                    key_at.append(len(e_keys))
+                    e_phys.append(phy)
+                    e_keys.append(k)
+    return e_phys, e_keys, key_at
 
 
 def _index_file_with_room(idx: IndexService, keys: str | None, uniq: str | None) -> IndexFile | None:

@@ -670,3 +670,57 @@ async def test_keyed_records_in_one_run_as_record_by_record(
         assert a == b and len(a[0]) == 1 + len(topics) + sum(map(len, keys)), n_case  # (1: the first entry)
         for s in stores:
             await s.shutdown()
+
+
+async def test_batch_with_keys_indexed_in_one_run_as_record_by_record(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose messages have KEYS (one, several, none, or one key shared by several) is indexed as
+    one run: each message's UNIQ_KEY entry, then its keys', the entries and slots those of build_index
+    message by message."""
+
+    def keyed_batch() -> MessageBatch:
+        keys = ["order-1", "a b", None, "shared", "shared", "1763800001", "1763800001", " x "]
+        props_list = []
+        stored = []
+        for i, k in enumerate(keys):
+            props = {"WAIT": "true", "UNIQ_KEY": f"7F000001BBBB0000{i:04X}", "CLUSTER": "c"}
+            if k is not None:
+                props["KEYS"] = k
+            props_list.append(props)
+            stored.append("\x02".join(f"{n}\x01{v}" for n, v in props.items() if n != "WAIT").encode())
+        return MessageBatch(
+            "TopicTest", 1, 0, BORN_TS, BORN_HOST, STORE_HOST, 0,
+            [0] * len(keys), [b"k" * 30] * len(keys), props_list, None, stored,
+        )
+
+    runs: list[int] = []
+    put_key_hashes = IndexFile.put_key_hashes
+
+    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
+        ok = put_key_hashes(self, hashes, phys, ts)
+        runs.append(len(hashes) if ok else 0)
+        return ok
+
+    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    stores = []
+    for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
+        store = make_store(root)
+        await store.start()
+        with monkeypatch.context() as mp:
+            if not bulk:
+                mp.setattr(IndexService, "build_index_keyed_records", lambda *a, **k: False)
+            for _ in range(2):
+                assert all(r.status == PutMessageStatus.PUT_OK for r in await store.put_many([keyed_batch()]))
+            assert await store.wait_dispatched(5)
+        stores.append(store)
+    # The first batch starts the store's index (record by record: the file has no entry yet); the second
+    # goes as one run: 8 UNIQ_KEYs and 8 keys.
+    assert runs == [16]
+    a, b = (_index_entries(s) for s in stores)
+    assert a == b and len(a[0]) == 2 * (8 + 8)
+    now = int(time.time() * 1000)
+    for key, n in (("shared", 4), ("1763800001", 4), ("b", 2), ("x", 2), ("order-1", 2)):
+        assert len(stores[0].query_message("TopicTest", key, 8, 0, now + 1000).message_buffers) == n, key
+    for s in stores:
+        await s.shutdown()
