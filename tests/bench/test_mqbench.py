@@ -31,6 +31,31 @@ def _summary(lines: list[dict[str, Any]], out: str) -> dict[str, Any]:
     return finals[0]
 
 
+def _produce_to_a_waiting_consumer(
+    consumer_args: list[str], producer_args: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start `mqbench consumer`, wait for its first report (by then it has started and rebalanced), run
+    `mqbench producer` to the end, then wait for the consumer: (producer summary, consumer summary)."""
+    consumer = subprocess.Popen(
+        MQBENCH + ["consumer", *consumer_args, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert consumer.stdout is not None
+        first = consumer.stdout.readline()
+        assert first.startswith("{"), first
+        rc, lines, out = _run(["producer", *producer_args, "--json"])
+        assert rc == 0, out
+        produced = _summary(lines, out)
+        rest, _ = consumer.communicate(timeout=90)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait(10)
+    assert consumer.returncode == 0, rest
+    return produced, _summary([json.loads(ln) for ln in (first + rest).splitlines() if ln.startswith("{")], rest)
+
+
 def test_producer_modes_then_both_consumers(cluster: tuple[str, str, Daemon]) -> None:
     ns, _broker, _d = cluster
     sent = 0
@@ -71,33 +96,13 @@ def test_e2e_with_rate_limit(cluster: tuple[str, str, Daemon], tmp_path: Path) -
     # (RocketMQ's rule), so the consumer sees it too: 301 messages, 300 of them with a latency.
     rc, _lines, out = _run(["producer", "-n", ns, "-t", "BenchE2E", "--count", "1", "--json"])
     assert rc == 0, out
-    consumer = subprocess.Popen(
-        MQBENCH + ["consumer", "-n", ns, "-t", "BenchE2E", "-g", "bench_e2e", "--mode", "push", "--e2e",
-                   "--count", "301", "--duration", "60", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    s, c = _produce_to_a_waiting_consumer(
+        ["-n", ns, "-t", "BenchE2E", "-g", "bench_e2e", "--mode", "push", "--e2e", "--count", "301", "--duration", "60"],
+        ["-n", ns, "-t", "BenchE2E", "--mode", "async", "--inflight", "8", "--rate", "600", "--count", "300", "--e2e"],
     )
-    try:
-        # Wait for its first one-second report: by then it has started and rebalanced.
-        assert consumer.stdout is not None
-        first = consumer.stdout.readline()
-        assert first.startswith("{"), first
-        rc, lines, out = _run(
-            ["producer", "-n", ns, "-t", "BenchE2E", "--mode", "async", "--inflight", "8", "--rate", "600",
-             "--count", "300", "--e2e", "--json"]
-        )
-        assert rc == 0, out
-        s = _summary(lines, out)
-        assert s["msgs"] == 300 and s["failures"] == 0
-        # 300 messages at 600 msg/s take about half a second; without pacing they would take a few ms.
-        assert s["seconds"] >= 0.3, s
-        rest, _ = consumer.communicate(timeout=90)
-    finally:
-        if consumer.poll() is None:
-            consumer.kill()
-            consumer.wait(10)
-    assert consumer.returncode == 0, rest
-    clines = [json.loads(ln) for ln in (first + rest).splitlines() if ln.startswith("{")]
-    c = _summary(clines, rest)
+    assert s["msgs"] == 300 and s["failures"] == 0
+    # 300 messages at 600 msg/s take about half a second; without pacing they would take a few ms.
+    assert s["seconds"] >= 0.3, s
     assert c["msgs"] == 301 and c["failures"] == 0
     assert "e2e_p99_ms" in c and c["e2e_max_ms"] >= c["e2e_p50_ms"] > 0
 
@@ -174,24 +179,11 @@ def test_delayed_messages_arrive_a_level_later(cluster: tuple[str, str, Daemon])
     p = subprocess.run([sys.executable, str(BIN / "mqadmin"), "updateTopic", "-n", ns, "-c", "DefaultCluster",
                         "-t", topic], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stdout + p.stderr
-    consumer = subprocess.Popen(
-        MQBENCH + ["consumer", "-n", ns, "-t", topic, "-g", "bench_delay", "--e2e", "--count", "5", "--duration",
-                   "60", "--report-interval", "0.5", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    s, c = _produce_to_a_waiting_consumer(
+        ["-n", ns, "-t", topic, "-g", "bench_delay", "--e2e", "--count", "5", "--duration", "60", "--report-interval",
+         "0.5"],
+        ["-n", ns, "-t", topic, "--mode", "async", "--inflight", "5", "--count", "5", "--delay-level", "1", "--e2e"],
     )
-    try:
-        assert consumer.stdout is not None
-        first = consumer.stdout.readline()  # its first report: started and rebalanced
-        assert first.startswith("{"), first
-        rc, lines, out = _run(["producer", "-n", ns, "-t", topic, "--mode", "async", "--inflight", "5", "--count",
-                               "5", "--delay-level", "1", "--e2e", "--json"])
-        assert rc == 0 and _summary(lines, out)["failures"] == 0, out
-        rest, _ = consumer.communicate(timeout=90)
-    finally:
-        if consumer.poll() is None:
-            consumer.kill()
-            consumer.wait(10)
-    assert consumer.returncode == 0, rest
-    c = _summary([json.loads(ln) for ln in (first + rest).splitlines() if ln.startswith("{")], rest)
+    assert s["failures"] == 0
     # Level 1 is 1 s (messageDelayLevel "1s 5s ..."): without the delay they would arrive in milliseconds.
     assert c["msgs"] == 5 and 900 <= c["e2e_p50_ms"] <= 5000, c

@@ -7,7 +7,7 @@ from __future__ import annotations
 import mmap
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,40 @@ from tests.store.conftest import BORN_HOST, STORE_HOST, make_msg
 BORN_TS = int(time.time() * 1000)
 
 
+def _count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The entries of each IndexFile.put_key_hashes call from now on (0: refused, so put one by one)."""
+    runs: list[int] = []
+    put_key_hashes = IndexFile.put_key_hashes
+
+    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
+        ok = put_key_hashes(self, hashes, phys, ts)
+        runs.append(len(hashes) if ok else 0)
+        return ok
+
+    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    return runs
+
+
+async def _bulk_and_one_by_one(
+    make_store: Callable[..., DefaultMessageStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    off: tuple[str, ...], fill: Callable[[DefaultMessageStore], Awaitable[None]],
+) -> list[DefaultMessageStore]:
+    """Two stores filled alike by `fill`, dispatched: the first indexes as it does, the second with the
+    IndexService bulk methods named in `off` refusing (so record by record)."""
+    stores = []
+    for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
+        store = make_store(root)
+        await store.start()
+        with monkeypatch.context() as mp:
+            if not bulk:
+                for name in off:
+                    mp.setattr(IndexService, name, lambda *a, **k: False)
+            await fill(store)
+            assert await store.wait_dispatched(5)
+        stores.append(store)
+    return stores
+
+
 def uniform_batch(n: int, prefix: str = "F", queue_id: int = 0, tags: str | None = None) -> MessageBatch:
     props_list = []
     stored = []
@@ -47,15 +81,7 @@ def uniform_batch(n: int, prefix: str = "F", queue_id: int = 0, tags: str | None
 async def test_one_shape_batch_stores_what_the_list_stores(
     make_store: Callable[..., DefaultMessageStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs: list[int] = []
-    put_key_hashes = IndexFile.put_key_hashes
-
-    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
-        ok = put_key_hashes(self, hashes, phys, ts)
-        runs.append(len(hashes) if ok else 0)
-        return ok
-
-    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
+    runs = _count_runs(monkeypatch)
     store = make_store(maxHashSlotNum=100_003)
     await store.start()
     await store.put_many([uniform_batch(2, prefix="E", queue_id=3)])  # the index file's first entries
@@ -249,27 +275,21 @@ def test_put_key_hashes_writes_what_put_key_hash_writes(tmp_path: Path) -> None:
     ts = 1_700_000_000_000
     for f in (a, b):  # a started file: the first entry anchors the begin timestamp
         assert f.put_key_hash(5, 100, ts)
-    hashes = [3, 70, 9, 64 + 5, 1000]  # 64 + 5 lands on the slot already holding entry 1
-    phys = [200, 300, 400, 500, 600]
-    assert a.put_key_hashes(hashes, phys, ts + 5000)
-    for h, p in zip(hashes, phys, strict=True):
-        assert b.put_key_hash(h, p, ts + 5000)
-    a.commit_header()
-    b.commit_header()
-    assert bytes(a.mm) == bytes(b.mm)
-    assert (a.index_count, a.hash_slot_count, a.end_phy_offset, a.end_timestamp) == (
-        b.index_count, b.hash_slot_count, b.end_phy_offset, b.end_timestamp)
+    def both(hashes: list[int], phys: list[int], at: int) -> None:
+        """The run into `a` with one call, into `b` key by key: the same bytes and counts."""
+        assert a.put_key_hashes(hashes, phys, at)
+        for h, p in zip(hashes, phys, strict=True):
+            assert b.put_key_hash(h, p, at)
+        a.commit_header()
+        b.commit_header()
+        assert bytes(a.mm) == bytes(b.mm)
+        assert (a.index_count, a.hash_slot_count, a.end_phy_offset, a.end_timestamp) == (
+            b.index_count, b.hash_slot_count, b.end_phy_offset, b.end_timestamp)
+
+    both([3, 70, 9, 64 + 5, 1000], [200, 300, 400, 500, 600], ts + 5000)  # 64 + 5: the slot of entry 1
     # Keys of one run in one slot (1, 65, 129 and 65 again; a record's keys share its offset): each entry
     # chains to the run's previous one in its slot, and the slot ends at the last, as key by key.
-    hashes = [1, 65, 7, 129, 65, 70]
-    phys = [700, 700, 800, 800, 900, 900]
-    assert a.put_key_hashes(hashes, phys, ts + 6000)
-    for h, p in zip(hashes, phys, strict=True):
-        assert b.put_key_hash(h, p, ts + 6000)
-    a.commit_header()
-    b.commit_header()
-    assert bytes(a.mm) == bytes(b.mm)
-    assert (a.index_count, a.hash_slot_count, a.end_phy_offset) == (b.index_count, b.hash_slot_count, b.end_phy_offset)
+    both([1, 65, 7, 129, 65, 70], [700, 700, 800, 800, 900, 900], ts + 6000)
     assert [p for p in (700, 800, 900) if a.has_entry(65, p)] == [700, 900]
     # No room for the whole run: refused too.
     assert not a.put_key_hashes(list(range(300)), list(range(1000, 1300)), ts + 6000)
@@ -553,48 +573,31 @@ async def test_single_records_index_gathered_as_the_one_by_one_path(
                 out.append([make_msg(topic=topic, uniq=f"7F000001AAAA0000{i:04X}", queue_id=i % 4)])
         return out
 
-    runs: list[int] = []
-    put_key_hashes = IndexFile.put_key_hashes
+    runs = _count_runs(monkeypatch)
+    mixed: list[list[str]] = []  # the topics of each run of gathered records indexed in bulk
 
-    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
-        ok = put_key_hashes(self, hashes, phys, ts)
-        runs.append(len(hashes) if ok else 0)
-        return ok
+    def spying(name: str) -> None:
+        build = getattr(IndexService, name)
 
-    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
-    mixed: list[list[str]] = []
-    build_records = IndexService.build_index_uniq_records
+        def spy(self: IndexService, topics: list[str], *args: Any) -> bool:
+            ok = build(self, topics, *args)
+            if ok:
+                mixed.append(list(topics))
+            return bool(ok)
 
-    def spy_mixed(self: IndexService, topics: list[str], *args: Any) -> bool:
-        ok = build_records(self, topics, *args)
-        if ok:
-            mixed.append(list(topics))
-        return ok
+        monkeypatch.setattr(IndexService, name, spy)
 
-    monkeypatch.setattr(IndexService, "build_index_uniq_records", spy_mixed)
-    build_keyed = IndexService.build_index_keyed_records
+    spying("build_index_uniq_records")
+    spying("build_index_keyed_records")
+    async def fill(store: DefaultMessageStore) -> None:
+        for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
+            rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
+            assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
 
-    def spy_keyed(self: IndexService, topics: list[str], *args: Any) -> bool:
-        ok = build_keyed(self, topics, *args)
-        if ok:
-            mixed.append(list(topics))
-        return ok
-
-    monkeypatch.setattr(IndexService, "build_index_keyed_records", spy_keyed)
-    stores = []
-    for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
-        store = make_store(root)
-        await store.start()
-        with monkeypatch.context() as mp:
-            if not bulk:
-                mp.setattr(IndexService, "build_index_uniq_run", lambda *a, **k: False)
-                mp.setattr(IndexService, "build_index_uniq_records", lambda *a, **k: False)
-                mp.setattr(IndexService, "build_index_keyed_records", lambda *a, **k: False)
-            for k in range(0, 40, 16):  # as process_requests groups a connection's pipelined sends
-                rs = await store.put_many(units()[k:k + 16])  # type: ignore[arg-type]
-                assert all(r.status == PutMessageStatus.PUT_OK for r in rs)
-            assert await store.wait_dispatched(5)
-        stores.append(store)
+    stores = await _bulk_and_one_by_one(
+        make_store, tmp_path, monkeypatch,
+        ("build_index_uniq_run", "build_index_uniq_records", "build_index_keyed_records"), fill,
+    )
     assert runs and min(runs) > 1 and sum(runs) > 25  # gathered runs in the first store only
     assert sum(runs) > 40 - 2  # more entries in runs than there are UNIQ_KEYs: the KEYS went in runs too
     # Records 7, 8 (TopicB) went in one run with their TopicTest neighbours, not alone.
@@ -694,26 +697,12 @@ async def test_batch_with_keys_indexed_in_one_run_as_record_by_record(
             [0] * len(keys), [b"k" * 30] * len(keys), props_list, None, stored,
         )
 
-    runs: list[int] = []
-    put_key_hashes = IndexFile.put_key_hashes
+    runs = _count_runs(monkeypatch)
+    async def fill(store: DefaultMessageStore) -> None:
+        for _ in range(2):
+            assert all(r.status == PutMessageStatus.PUT_OK for r in await store.put_many([keyed_batch()]))
 
-    def spy(self: IndexFile, hashes: list[int], phys: list[int], ts: int) -> bool:
-        ok = put_key_hashes(self, hashes, phys, ts)
-        runs.append(len(hashes) if ok else 0)
-        return ok
-
-    monkeypatch.setattr(IndexFile, "put_key_hashes", spy)
-    stores = []
-    for root, bulk in ((tmp_path / "a", True), (tmp_path / "b", False)):
-        store = make_store(root)
-        await store.start()
-        with monkeypatch.context() as mp:
-            if not bulk:
-                mp.setattr(IndexService, "build_index_keyed_records", lambda *a, **k: False)
-            for _ in range(2):
-                assert all(r.status == PutMessageStatus.PUT_OK for r in await store.put_many([keyed_batch()]))
-            assert await store.wait_dispatched(5)
-        stores.append(store)
+    stores = await _bulk_and_one_by_one(make_store, tmp_path, monkeypatch, ("build_index_keyed_records",), fill)
     # The first batch starts the store's index (record by record: the file has no entry yet); the second
     # goes as one run: 8 UNIQ_KEYs and 8 keys.
     assert runs == [16]
