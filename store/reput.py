@@ -439,15 +439,8 @@ class ReputMessageService:
                         # order), their places in the lists marked as keys.
                         if not g_phys:
                             g_ts = store_ts
-                        g_phys.append(phy)
-                        g_uniqs.append(uniq)
-                        g_topics.append(topic)
-                        for k in keys.split(_KEY_SEP):
-                            if k:
-                                g_key_at.append(len(g_phys))
-                                g_phys.append(phy)
-                                g_uniqs.append(k)
-                                g_topics.append(topic)
+                        _append_keyed(g_phys, g_uniqs, g_key_at, phy, uniq, keys)
+                        g_topics += repeat(topic, len(g_phys) - len(g_topics))
                     else:
                         if g_phys:
                             _index_gathered(idx, key_hash, g_topics, g_ts, g_phys, g_uniqs, g_key_at)  # type: ignore[arg-type]
@@ -804,23 +797,27 @@ def _index_gathered(
     key_at.clear()
 
 
+def _append_keyed(phys: list[int], keys: list[str], key_at: list[int], phy: int, uniq: str, record_keys: str) -> None:
+    """A record's index entries as IndexService.build_index_keyed_records takes them: its UNIQ_KEY, then
+    its keys (build_index's order), each with the record's offset, the keys' places noted in `key_at`."""
+    phys.append(phy)
+    keys.append(uniq)
+    for k in record_keys.split(_KEY_SEP):
+        if k:
+            key_at.append(len(keys))
+            phys.append(phy)
+            keys.append(k)
+
+
 def _keyed_entries(
     phys: list[int], uniqs: list[str], keys_col: list[str | None]
 ) -> tuple[list[int], list[str], list[int]]:
-    """A run's index entries as IndexService.build_index_keyed_records takes them: each record's UNIQ_KEY,
-    then its keys; with each entry's offset and the places of the KEYS entries."""
+    """A run's index entries, as _append_keyed makes them for each of its records."""
     e_phys: list[int] = []
     e_keys: list[str] = []
     key_at: list[int] = []
     for phy, uniq, keys in zip(phys, uniqs, keys_col, strict=True):
-        e_phys.append(phy)
-        e_keys.append(uniq)
-        if keys:
-            for k in keys.split(_KEY_SEP):
-                if k:
-                    key_at.append(len(e_keys))
-                    e_phys.append(phy)
-                    e_keys.append(k)
+        _append_keyed(e_phys, e_keys, key_at, phy, uniq, keys or "")
     return e_phys, e_keys, key_at
 
 
