@@ -35,7 +35,9 @@ async def test_broker_polls_for_its_window_after_requests(tmp_path: Path) -> Non
             async with Admin(ns_addr) as admin:
                 assert (await admin.get_broker_config(addr))["serverIdlePollMicros"] == "100000"
                 spun = await _cpu_over_pings(admin, addr, br.pid, gap_s=0.05)
-                assert spun >= 0.3, f"broker used {spun:.2f} s of CPU over 0.5 s: it did not keep polling"
+                # Polling all the way takes ~0.5 s, without it ~0.01; 0.33 was seen with two CPU hogs beside
+                # the test and 0.27 once in CI: the floor leaves room for a busy host.
+                assert spun >= 0.15, f"broker used {spun:.2f} s of CPU over 0.5 s: it did not keep polling"
                 # Idle: nothing arrives, so after its window the broker sleeps.
                 await asyncio.sleep(0.3)
                 t0 = process_cpu_seconds(br.pid)
@@ -45,9 +47,10 @@ async def test_broker_polls_for_its_window_after_requests(tmp_path: Path) -> Non
                 # Requests 150 ms apart: each gap is past the window, so polling would be wasted and stops.
                 sparse = await _cpu_over_pings(admin, addr, br.pid, gap_s=0.15)
                 assert sparse < 0.25, f"broker used {sparse:.2f} s of CPU over 1.5 s of sparse requests"
-                # Closer requests again: the window grows back within a few of them.
+                # Closer requests again: the window grows back within a few of them (~0.38 s idle, 0.27 with two
+                # CPU hogs; ~0.01 if it does not).
                 again = await _cpu_over_pings(admin, addr, br.pid, gap_s=0.05)
-                assert again >= 0.2, f"broker used {again:.2f} s of CPU over 0.5 s: the window did not grow back"
+                assert again >= 0.1, f"broker used {again:.2f} s of CPU over 0.5 s: the window did not grow back"
                 await admin.update_broker_config("serverIdlePollMicros", "0", broker_addr=addr)
                 assert (await admin.get_broker_config(addr))["serverIdlePollMicros"] == "0"
                 t0 = time.monotonic()
