@@ -1,7 +1,8 @@
 """Random messages through the whole path, against a real NameServer and broker: whatever a message
 carries (body, tags, keys, user properties; ASCII or not; sent alone, pipelined, auto-batched or in a
 batch) comes back as it was sent, where its SendResult said, and its keys and id find it; and all of it
-again after the broker was killed (SIGKILL) and restarted on its store.
+again after the broker was killed (SIGKILL) and restarted on its store. Consumers with tag expressions
+get exactly the messages whose tags match.
 
 The broker's send path has fast paths for what producers usually send (memoized header shapes and
 property strings, gathered index runs, batches packed column by column) beside the general one; the
@@ -10,6 +11,7 @@ random mix sends every kind through both, with the store's files small enough to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import defaultdict
@@ -19,7 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, Message, MessageQueue, Producer, SendStatus
+from client import (
+    Admin,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    LitePullConsumer,
+    Message,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+    SendStatus,
+)
 from client.message import MessageExt, PullStatus, SendResult
 from tests.support.daemons import Daemon, start_broker, start_namesrv
 
@@ -228,3 +240,71 @@ async def test_random_messages_come_back_as_sent_before_and_after_a_crash(
                 Producer("rt_auto", namesrv_addr, auto_batch=True) as auto:
             await send_round(rnd, plain, auto, sent)
         await check(admin, name, sent, rnd)
+
+
+async def test_random_tag_filters_deliver_exactly_the_matching_messages(
+    tmp_path: Path, namesrv_addr: str, brokers: list[Daemon]
+) -> None:
+    """Consumers subscribed with tag expressions (one an `async def` push listener, the others lite pull) get
+    exactly the random messages whose tags match, each once; `*` gets all, untagged ones too."""
+    rnd = random.Random(424242)
+    broker, _ = start_broker(tmp_path, namesrv_addr, name="broker-rt", extra=STORE)
+    brokers.append(broker)
+    sent: list[Sent] = []
+    async with Admin(namesrv_addr) as admin:
+        for topic in TOPICS:
+            await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+        async with Producer("rt_plain", namesrv_addr) as plain, \
+                Producer("rt_auto", namesrv_addr, auto_batch=True) as auto:
+            for _ in range(3):
+                await send_round(rnd, plain, auto, sent)
+    topic = TOPICS[1]
+
+    def expected(expression: str) -> set[str]:
+        wanted = {t.strip() for t in expression.split("||")}
+        return {s.uniq for s in sent if s.topic == topic and ("*" in wanted or s.tags in wanted)}
+
+    async def lite_pull(group: str, expression: str) -> list[str]:
+        want = len(expected(expression))
+        got: list[str] = []
+        async with LitePullConsumer(group, namesrv_addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                                    poll_timeout_millis=200) as c:
+            c.subscribe(topic, expression)
+            deadline = time.monotonic() + 10
+            while len(got) < want and time.monotonic() < deadline:
+                got.extend(m.uniq_key for m in await c.poll())
+            got.extend(m.uniq_key for m in await c.poll(0.3))  # nothing more comes
+        return got
+
+    async def push(group: str, expression: str) -> list[str]:
+        want = len(expected(expression))
+        got: list[str] = []
+        enough = asyncio.Event()
+
+        async def listener(msgs: list[MessageExt], _ctx: object) -> ConsumeConcurrentlyStatus:
+            got.extend(m.uniq_key for m in msgs)
+            if len(got) >= want:
+                enough.set()
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        c = PushConsumer(group, namesrv_addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        c.subscribe(topic, expression)
+        c.register_listener(listener)
+        await c.start()
+        try:
+            with contextlib.suppress(TimeoutError):  # (what came is compared below)
+                await asyncio.wait_for(enough.wait(), 10)
+            await asyncio.sleep(0.3)  # nothing more comes
+        finally:
+            await c.shutdown()
+        return got
+
+    for run, group, expression in (
+        (lite_pull, "rt_lite_a", "TagA || 标签"),
+        (push, "rt_push", "tag-3 || TagB"),
+        (lite_pull, "rt_lite_all", "*"),
+    ):
+        got = await run(group, expression)
+        assert len(got) == len(set(got)), expression  # each once
+        assert set(got) == expected(expression), expression
+        assert got, expression
