@@ -33,7 +33,7 @@ from client import (
     SendStatus,
 )
 from client.message import MessageExt, PullStatus, SendResult
-from tests.support.daemons import Daemon, start_broker, start_namesrv
+from tests.support.daemons import Daemon, start_broker
 
 TOPICS = ("RoundTripA", "RoundTrip_B")
 QUEUES = 4
@@ -136,6 +136,16 @@ async def send_round(rnd: random.Random, plain: Producer, auto: Producer, out: l
         await step
 
 
+async def fill(namesrv: str, rnd: random.Random, rounds: int, sent: list[Sent]) -> None:
+    """Create the topics (if new) and send `rounds` of send_round from a plain and an auto-batching producer."""
+    async with Admin(namesrv) as admin:
+        for topic in TOPICS:
+            await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+    async with Producer("rt_plain", namesrv) as plain, Producer("rt_auto", namesrv, auto_batch=True) as auto:
+        for _ in range(rounds):
+            await send_round(rnd, plain, auto, sent)
+
+
 async def read_all(admin: Admin, broker_name: str) -> dict[tuple[str, int], list[MessageExt]]:
     """Every message of every queue, read from offset 0 until a pull finds nothing more."""
     out: dict[tuple[str, int], list[MessageExt]] = {}
@@ -189,15 +199,6 @@ async def check(admin: Admin, broker_name: str, sent: list[Sent], rnd: random.Ra
 
 
 @pytest.fixture
-def namesrv_addr(tmp_path: Path) -> Iterator[str]:
-    ns, addr = start_namesrv(tmp_path)
-    try:
-        yield addr
-    finally:
-        ns.terminate()
-
-
-@pytest.fixture
 def brokers(tmp_path: Path) -> Iterator[list[Daemon]]:
     """Brokers the test starts; whichever still runs is stopped by PID at the end."""
     started: list[Daemon] = []
@@ -210,54 +211,41 @@ def brokers(tmp_path: Path) -> Iterator[list[Daemon]]:
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 async def test_random_messages_come_back_as_sent_before_and_after_a_crash(
-    tmp_path: Path, namesrv_addr: str, brokers: list[Daemon], flush: str
+    tmp_path: Path, namesrv: str, brokers: list[Daemon], flush: str
 ) -> None:
     rnd = random.Random(20261124)
     store = tmp_path / "store"
     name = "broker-rt"
     conf = {**STORE, "flushDiskType": flush}
-    broker, _ = start_broker(tmp_path, namesrv_addr, name=name, store_dir=store, extra=conf)
+    broker, _ = start_broker(tmp_path, namesrv, name=name, store_dir=store, extra=conf)
     brokers.append(broker)
     sent: list[Sent] = []
-    async with Admin(namesrv_addr) as admin:
-        for topic in TOPICS:
-            await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-        async with Producer("rt_plain", namesrv_addr) as plain, \
-                Producer("rt_auto", namesrv_addr, auto_batch=True) as auto:
-            for _ in range(6):
-                await send_round(rnd, plain, auto, sent)
-        assert len(sent) > 500
-        assert len(list((store / "commitlog").iterdir())) > 2 and len(list((store / "index").iterdir())) > 2
+    await fill(namesrv, rnd, 6, sent)
+    assert len(sent) > 500
+    assert len(list((store / "commitlog").iterdir())) > 2 and len(list((store / "index").iterdir())) > 2
+    async with Admin(namesrv) as admin:
         await check(admin, name, sent, rnd)
 
     broker.kill()  # SIGKILL: no shutdown, no final flush or checkpoint
-    broker, _ = start_broker(tmp_path, namesrv_addr, name=name, store_dir=store, extra=conf)
+    broker, _ = start_broker(tmp_path, namesrv, name=name, store_dir=store, extra=conf)
     brokers.append(broker)
-    async with Admin(namesrv_addr) as admin:
+    async with Admin(namesrv) as admin:
         await check(admin, name, sent, rnd)
         # Writing goes on where the store ends: every queue's offsets continue.
-        async with Producer("rt_plain", namesrv_addr) as plain, \
-                Producer("rt_auto", namesrv_addr, auto_batch=True) as auto:
-            await send_round(rnd, plain, auto, sent)
+        await fill(namesrv, rnd, 1, sent)
         await check(admin, name, sent, rnd)
 
 
 async def test_random_tag_filters_deliver_exactly_the_matching_messages(
-    tmp_path: Path, namesrv_addr: str, brokers: list[Daemon]
+    tmp_path: Path, namesrv: str, brokers: list[Daemon]
 ) -> None:
     """Consumers subscribed with tag expressions (one an `async def` push listener, the others lite pull) get
     exactly the random messages whose tags match, each once; `*` gets all, untagged ones too."""
     rnd = random.Random(424242)
-    broker, _ = start_broker(tmp_path, namesrv_addr, name="broker-rt", extra=STORE)
+    broker, _ = start_broker(tmp_path, namesrv, name="broker-rt", extra=STORE)
     brokers.append(broker)
     sent: list[Sent] = []
-    async with Admin(namesrv_addr) as admin:
-        for topic in TOPICS:
-            await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=QUEUES, write_queue_nums=QUEUES)
-        async with Producer("rt_plain", namesrv_addr) as plain, \
-                Producer("rt_auto", namesrv_addr, auto_batch=True) as auto:
-            for _ in range(3):
-                await send_round(rnd, plain, auto, sent)
+    await fill(namesrv, rnd, 3, sent)
     topic = TOPICS[1]
 
     def expected(expression: str) -> set[str]:
@@ -267,7 +255,7 @@ async def test_random_tag_filters_deliver_exactly_the_matching_messages(
     async def lite_pull(group: str, expression: str) -> list[str]:
         want = len(expected(expression))
         got: list[str] = []
-        async with LitePullConsumer(group, namesrv_addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        async with LitePullConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
                                     poll_timeout_millis=200) as c:
             c.subscribe(topic, expression)
             deadline = time.monotonic() + 10
@@ -287,7 +275,7 @@ async def test_random_tag_filters_deliver_exactly_the_matching_messages(
                 enough.set()
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
-        c = PushConsumer(group, namesrv_addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        c = PushConsumer(group, namesrv, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         c.subscribe(topic, expression)
         c.register_listener(listener)
         await c.start()
