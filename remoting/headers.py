@@ -247,7 +247,10 @@ def decode_send_header_v2(ext: dict[str, Any] | None) -> SendMessageRequestHeade
     get = ext.get
     key = (get("a"), get("b"), get("c"), get("d"), get("e"), get("f"), get("h"), get("j"), get("k"), get("l"),
            get("m"))
-    c = _send_v2_memo.get(key)
+    try:
+        c = _send_v2_memo.get(key)
+    except TypeError:  # an unhashable value (a list or map from a msgpack or JSON header): the decoder names it
+        return _decode_send_header_v2(ext)
     if c is not None:
         # Only all-str keys are stored (a str never equals None or a number), so every short name but l
         # is present: the long names are not consulted for them. l absent: its long name must be too.
@@ -282,7 +285,11 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
         # The memo key decode_send_header_v2 would use, from the fixed entries (they hold all but g, i).
         get = fixed.ext.get
         key = tuple(get(k) for k in _SEND_V2_KEY_NAMES)
-        c = _send_v2_memo.get(key)
+        try:
+            c = _send_v2_memo.get(key)
+        except TypeError:  # an unhashable value: decoded (or refused, naming it) every time
+            fixed.header = False
+            return decode_send_header_v2(ext)
         if c is None:
             h = decode_send_header_v2(ext)  # decodes (or refuses) the whole header, memoizing its fixed part
             c = _send_v2_memo.get(key)
@@ -305,7 +312,7 @@ def send_header_v2_of(ext: dict[str, Any] | None, fixed: Any) -> SendMessageRequ
     g = ext["g"]
     try:
         born = int(g)
-    except ValueError:
+    except (TypeError, ValueError):
         return decode_send_header_v2(ext)  # names the bad field
     return send_header_from_memo(c, born, ext["i"])
 

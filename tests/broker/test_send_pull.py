@@ -11,7 +11,7 @@ import pytest
 
 from broker.processor.send_message_processor import SendMessageContext
 from remoting.body import TopicConfig
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -121,6 +121,21 @@ async def test_bad_sends_are_refused_and_nothing_is_stored(tmp_path: Path) -> No
         hdr_missing = send_v1("Exists", b"x")
         del hdr_missing.ext_fields["producerGroup"]
         cases.append((hdr_missing, ResponseCode.INVALID_PARAMETER, "producerGroup"))
+        # A list or a map where a header holds a value (msgpack and JSON can carry them): refused naming the
+        # field, not a SYSTEM_ERROR from a look-up keyed by the values.
+        for field, name, value in (("d", "defaultTopicQueueNums", [4]), ("e", "queueId", {"q": 0})):
+            for st in (SerializeType.MSGPACK, SerializeType.JSON):
+                cmd = send_v2("Exists", b"x", queue_id=0)
+                cmd.ext_fields[field] = value
+                cmd.serialize_type = st
+                cases.append((cmd, ResponseCode.INVALID_PARAMETER, name))
+        # The same in the constant part of our producer's pipelined header (the frame decoder memoizes it).
+        lead = send_v2("Exists", b"x", queue_id=0)
+        ext = lead.ext_fields
+        piped = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
+            "g": ext["g"], "i": "", **{k: v for k, v in ext.items() if k in "abcefhjk"}, "d": [4]}, b"x")
+        piped.serialize_type = SerializeType.MSGPACK
+        cases.append((piped, ResponseCode.INVALID_PARAMETER, "defaultTopicQueueNums"))
         for cmd, code, needle in cases:
             r = await h.call(cmd)
             assert r.code == code, (needle, r.code, r.remark)
