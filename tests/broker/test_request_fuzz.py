@@ -1,0 +1,87 @@
+"""Mutated requests of every kind a client sends, into a real broker (a BrokerController on a real store, each
+request on a connection of its own): every one the frame decoder takes is answered (an error naming what was
+wrong, or a result), none by a processor's exception (SYSTEM_ERROR from `processor_failed`), and afterwards the
+broker still stores and serves messages."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remoting.body import TopicConfig
+from remoting.codec import FrameDecoder
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import RequestDispatcher
+from remoting.errors import ProtocolError
+from remoting.message import decode_messages
+from tests.broker.conftest import running_broker
+from tests.broker.helpers import pull, send_v1, wait_until
+from tests.support.fuzz import TOPIC, mutate, seed_frames
+
+
+async def _exchange(addr: str, frame: bytes, wait: bool) -> bool:
+    """Write `frame` on a new connection; with `wait`, whether an answer (or the broker's close) came within 2 s."""
+    host, port = addr.split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame)
+        await writer.drain()
+        if not wait:
+            return True
+        try:
+            await asyncio.wait_for(reader.read(4), 2)  # a frame's first bytes, or b"" when the broker closed it
+        except TimeoutError:
+            return False
+        return True
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_mutated_requests_are_answered_and_the_broker_keeps_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failed: list[tuple[int, str]] = []
+    record = RequestDispatcher._failed
+
+    def spy(self: RequestDispatcher, ctx: Any, cmd: RemotingCommand, e: BaseException) -> None:
+        failed.append((cmd.code, f"{type(e).__name__}: {e}"))
+        record(self, ctx, cmd, e)
+
+    monkeypatch.setattr(RequestDispatcher, "_failed", spy)
+    rnd = random.Random(20261124)
+    seeds = seed_frames()
+    async with running_broker(tmp_path) as h:
+        h.controller.topic_config_manager.update_topic_config(
+            TopicConfig(topic_name=TOPIC, read_queue_nums=4, write_queue_nums=4))
+        requests = 0
+        unanswered: list[RemotingCommand] = []
+        for _ in range(3000):
+            frame = mutate(rnd, rnd.choice(seeds))
+            try:
+                cmds = FrameDecoder().feed(frame)
+            except ProtocolError:
+                continue
+            if len(cmds) != 1:
+                continue
+            (cmd,) = cmds
+            # A response or oneway flag gets no answer, and a pull may be held: the rest must be answered.
+            wait = not cmd.flag & 3 and cmd.code != RequestCode.PULL_MESSAGE
+            requests += wait
+            if not await _exchange(h.addr, frame, wait):
+                unanswered.append(cmd)
+        assert requests > 300
+        assert not failed, failed[:5]
+        assert not unanswered, unanswered[:3]
+        # Still a broker: a send is stored and pulled back.
+        r = await h.call(send_v1(TOPIC, b"after the fuzz", queue_id=3))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        offset = int(r.ext_fields["queueOffset"])  # type: ignore[index]
+        await wait_until(lambda: h.controller.message_store.get_max_offset_in_queue(TOPIC, 3) > offset)
+        p = await h.call(pull(TOPIC, 3, offset, subscription="*"))
+        assert p.code == ResponseCode.SUCCESS and decode_messages(p.body)[0].body == b"after the fuzz"
