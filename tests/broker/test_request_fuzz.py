@@ -5,7 +5,6 @@ broker still stores and serves messages."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from pathlib import Path
 from typing import Any
@@ -14,33 +13,14 @@ import pytest
 
 from remoting.body import TopicConfig
 from remoting.codec import FrameDecoder
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestDispatcher
 from remoting.errors import ProtocolError
 from remoting.message import decode_messages
 from tests.broker.conftest import running_broker
 from tests.broker.helpers import pull, send_v1, wait_until
-from tests.support.fuzz import TOPIC, mutate, seed_frames
-
-
-async def _exchange(addr: str, frame: bytes, wait: bool) -> bool:
-    """Write `frame` on a new connection; with `wait`, whether an answer (or the broker's close) came within 2 s."""
-    host, port = addr.split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        writer.write(frame)
-        await writer.drain()
-        if not wait:
-            return True
-        try:
-            await asyncio.wait_for(reader.read(4), 2)  # a frame's first bytes, or b"" when the broker closed it
-        except TimeoutError:
-            return False
-        return True
-    finally:
-        writer.close()
-        await writer.wait_closed()
+from tests.support.fuzz import TOPIC, answer_expected, exchange, mutate, seed_frames
 
 
 async def test_mutated_requests_are_answered_and_the_broker_keeps_working(
@@ -70,10 +50,9 @@ async def test_mutated_requests_are_answered_and_the_broker_keeps_working(
             if len(cmds) != 1:
                 continue
             (cmd,) = cmds
-            # A response or oneway flag gets no answer, and a pull may be held: the rest must be answered.
-            wait = not cmd.flag & 3 and cmd.code != RequestCode.PULL_MESSAGE
+            wait = answer_expected(cmd)
             requests += wait
-            if not await _exchange(h.addr, frame, wait):
+            if not await exchange(h.addr, frame, wait):
                 unanswered.append(cmd)
         assert requests > 300
         assert not failed, failed[:5]

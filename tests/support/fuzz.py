@@ -7,8 +7,10 @@ header bytes (keeping or breaking the lengths), or changes a few body bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+from typing import Any
 
 from remoting.codec import encode
 from remoting.codes import RequestCode, SerializeType
@@ -125,3 +127,28 @@ def mutate(rnd: random.Random, frame: bytes) -> bytes:
     else:
         f[5:8] = rnd.randrange(0, hl + 20).to_bytes(3, "big")
     return bytes(f)
+
+
+def answer_expected(cmd: Any) -> bool:
+    """Whether a server must answer this decoded request: not a response or oneway frame, not a pull (which
+    may be held)."""
+    return not cmd.flag & 3 and cmd.code != RequestCode.PULL_MESSAGE
+
+
+async def exchange(addr: str, frame: bytes, wait: bool) -> bool:
+    """Write `frame` on a new connection; with `wait`, whether an answer (or the server's close) came within 2 s."""
+    host, port = addr.split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame)
+        await writer.drain()
+        if not wait:
+            return True
+        try:
+            await asyncio.wait_for(reader.read(4), 2)  # a frame's first bytes, or b"" when the server closed it
+        except TimeoutError:
+            return False
+        return True
+    finally:
+        writer.close()
+        await writer.wait_closed()
