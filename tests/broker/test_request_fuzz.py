@@ -7,53 +7,27 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from remoting.body import TopicConfig
-from remoting.codec import FrameDecoder
 from remoting.codes import ResponseCode
-from remoting.command import RemotingCommand
-from remoting.connection import RequestDispatcher
-from remoting.errors import ProtocolError
 from remoting.message import decode_messages
 from tests.broker.conftest import running_broker
 from tests.broker.helpers import pull, send_v1, wait_until
-from tests.support.fuzz import TOPIC, answer_expected, exchange, mutate, seed_frames
+from tests.support.fuzz import TOPIC, broker_request_frames, fuzz_requests, spy_processor_failures
 
 
 async def test_mutated_requests_are_answered_and_the_broker_keeps_working(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    failed: list[tuple[int, str]] = []
-    record = RequestDispatcher._failed
-
-    def spy(self: RequestDispatcher, ctx: Any, cmd: RemotingCommand, e: BaseException) -> None:
-        failed.append((cmd.code, f"{type(e).__name__}: {e}"))
-        record(self, ctx, cmd, e)
-
-    monkeypatch.setattr(RequestDispatcher, "_failed", spy)
+    failed = spy_processor_failures(monkeypatch)
     rnd = random.Random(20261124)
-    seeds = seed_frames()
+    seeds = broker_request_frames()
     async with running_broker(tmp_path) as h:
         h.controller.topic_config_manager.update_topic_config(
             TopicConfig(topic_name=TOPIC, read_queue_nums=4, write_queue_nums=4))
-        requests = 0
-        unanswered: list[RemotingCommand] = []
-        for _ in range(3000):
-            frame = mutate(rnd, rnd.choice(seeds))
-            try:
-                cmds = FrameDecoder().feed(frame)
-            except ProtocolError:
-                continue
-            if len(cmds) != 1:
-                continue
-            (cmd,) = cmds
-            wait = answer_expected(cmd)
-            requests += wait
-            if not await exchange(h.addr, frame, wait):
-                unanswered.append(cmd)
+        requests, unanswered = await fuzz_requests(h.addr, seeds, rnd, 3000)
         assert requests > 300
         assert not failed, failed[:5]
         assert not unanswered, unanswered[:3]

@@ -5,24 +5,21 @@ answered, none by a processor's exception, and afterwards the NameServer still r
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
 
 from namesrv import NamesrvController
 from remoting import RemotingClient, RemotingCommand, RequestCode, ResponseCode
-from remoting.codec import FrameDecoder, encode
+from remoting.codec import encode
 from remoting.codes import SerializeType
-from remoting.connection import RequestDispatcher
-from remoting.errors import ProtocolError
-from tests.support.fuzz import answer_expected, exchange, mutate
+from tests.support.fuzz import fuzz_requests, spy_processor_failures
 
 from .support import get_route, register_cmd, route_cmd, unregister_cmd
 
 A0 = "127.0.0.1:10911"
 
 
-def seed_frames() -> list[bytes]:
+def namesrv_request_frames() -> list[bytes]:
     cmds = [
         register_cmd("broker-a", A0, {"FuzzT": (4, 4, 6), "Other": (8, 8, 6)}),
         register_cmd("broker-b", "127.0.0.1:20911", ["FuzzT"], compressed=True, broker_id=1),
@@ -55,30 +52,10 @@ def seed_frames() -> list[bytes]:
 async def test_mutated_requests_are_answered_and_the_namesrv_keeps_working(
     controller: NamesrvController, client: RemotingClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    failed: list[tuple[int, str]] = []
-    record = RequestDispatcher._failed
-
-    def spy(self: RequestDispatcher, ctx: Any, cmd: RemotingCommand, e: BaseException) -> None:
-        failed.append((cmd.code, f"{type(e).__name__}: {e}"))
-        record(self, ctx, cmd, e)
-
-    monkeypatch.setattr(RequestDispatcher, "_failed", spy)
+    failed = spy_processor_failures(monkeypatch)
     rnd = random.Random(20261124)
-    seeds = seed_frames()
-    requests = 0
-    unanswered: list[RemotingCommand] = []
-    for _ in range(2000):
-        frame = mutate(rnd, rnd.choice(seeds))
-        try:
-            cmds = FrameDecoder().feed(frame)
-        except ProtocolError:
-            continue
-        if len(cmds) != 1:
-            continue
-        wait = answer_expected(cmds[0])
-        requests += wait
-        if not await exchange(controller.address, frame, wait):
-            unanswered.append(cmds[0])
+    seeds = namesrv_request_frames()
+    requests, unanswered = await fuzz_requests(controller.address, seeds, rnd, 2000)
     assert requests > 300
     assert not failed, failed[:5]
     assert not unanswered, unanswered[:3]

@@ -10,7 +10,7 @@ import pytest
 
 from remoting.codec import FrameDecoder, decode_json_header, decode_msgpack_header, decode_rocketmq_header
 from remoting.errors import ProtocolError
-from tests.support.fuzz import mutate, seed_frames
+from tests.support.fuzz import broker_request_frames, mutate
 
 GENERIC = {0: decode_json_header, 1: decode_rocketmq_header, 2: decode_msgpack_header}
 
@@ -18,7 +18,7 @@ GENERIC = {0: decode_json_header, 1: decode_rocketmq_header, 2: decode_msgpack_h
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_mutated_frames_decode_as_the_generic_decoder_does_or_are_refused(seed: int) -> None:
     rnd = random.Random(seed)
-    seeds = seed_frames()
+    seeds = broker_request_frames()
     decoded = refused = 0
     decoder = FrameDecoder()  # one decoder throughout: its shape memos see every frame that came before
     for _ in range(10000):

@@ -12,9 +12,11 @@ import json
 import random
 from typing import Any
 
-from remoting.codec import encode
+from remoting.codec import FrameDecoder, encode
 from remoting.codes import RequestCode, SerializeType
 from remoting.command import RemotingCommand
+from remoting.connection import RequestDispatcher
+from remoting.errors import ProtocolError
 
 TOPIC = "FuzzT"
 GROUP = "FuzzG"
@@ -27,7 +29,7 @@ def _send_ext(k: int, props: str) -> dict[str, str]:
             "e": str(k % 4), "f": "0", "h": "0", "j": "0", "k": "false", "m": "false"}
 
 
-def seed_frames() -> list[bytes]:
+def broker_request_frames() -> list[bytes]:
     body_json = json.dumps
     mq = {"topic": TOPIC, "brokerName": "broker-fuzz", "queueId": 0}
     others: list[tuple[int, dict[str, str] | None, bytes | None]] = [
@@ -127,6 +129,40 @@ def mutate(rnd: random.Random, frame: bytes) -> bytes:
     else:
         f[5:8] = rnd.randrange(0, hl + 20).to_bytes(3, "big")
     return bytes(f)
+
+
+def spy_processor_failures(monkeypatch: Any) -> list[tuple[int, str]]:
+    """(code, exception) of every request a processor raised on (answered SYSTEM_ERROR by the dispatcher),
+    in any server of this process, from now to the end of the test."""
+    failed: list[tuple[int, str]] = []
+    record = RequestDispatcher._failed
+
+    def spy(self: RequestDispatcher, ctx: Any, cmd: RemotingCommand, e: BaseException) -> None:
+        failed.append((cmd.code, f"{type(e).__name__}: {e}"))
+        record(self, ctx, cmd, e)
+
+    monkeypatch.setattr(RequestDispatcher, "_failed", spy)
+    return failed
+
+
+async def fuzz_requests(addr: str, seeds: list[bytes], rnd: random.Random, n: int) -> tuple[int, list[RemotingCommand]]:
+    """`n` mutations of the seed frames to the server at `addr`, each on a connection of its own. Returns how
+    many the frame decoder took that must be answered, and those of them that were not."""
+    requests = 0
+    unanswered: list[RemotingCommand] = []
+    for _ in range(n):
+        frame = mutate(rnd, rnd.choice(seeds))
+        try:
+            cmds = FrameDecoder().feed(frame)
+        except ProtocolError:
+            continue
+        if len(cmds) != 1:
+            continue
+        wait = answer_expected(cmds[0])
+        requests += wait
+        if not await exchange(addr, frame, wait):
+            unanswered.append(cmds[0])
+    return requests, unanswered
 
 
 def answer_expected(cmd: Any) -> bool:
