@@ -1,7 +1,7 @@
 """Valid request frames of many kinds, and random mutations of them, for the fuzz tests.
 
 The seeds are what clients put on the wire: our producer's pipelined SEND headers (MSGPACK, g and i first,
-which the frame decoder reads on its fast path), pulls, and the other requests a client or mqadmin sends, each
+which the frame decoder reads on its fast path), batches, pulls, and the other requests a client or mqadmin sends, each
 as JSON (Java's), MSGPACK (ours) and ROCKETMQ (binary) headers. A mutation changes, drops or inserts a few
 header bytes (keeping or breaking the lengths), or changes a few body bytes."""
 
@@ -12,6 +12,7 @@ import json
 import random
 from typing import Any
 
+from client.message import Message, encode_messages
 from remoting.codec import FrameDecoder, encode
 from remoting.codes import RequestCode, SerializeType
 from remoting.command import RemotingCommand
@@ -86,6 +87,17 @@ def broker_request_frames() -> list[bytes]:
         for st in _STYPES:
             frames.append(encode(RemotingCommand(RequestCode.SEND_MESSAGE_V2, 1000 + k, 0, None, _send_ext(k, props),
                                                  b"x" * (10 + 500 * k), serialize_type=st)))
+    # Batches: one of one shape (the broker reads it column by column), one of mixed messages.
+    uniform = [Message(TOPIC, b"u" * 64, tags="TagA", keys=[f"k{i:02d}"]) for i in range(4)]
+    mixed = [Message(TOPIC, b"m" * (1 + 40 * i), tags=["TagA", None, "标签"][i % 3], properties={"p": "v" * i})
+             for i in range(4)]
+    for k, msgs in enumerate((uniform, mixed)):
+        for i, m in enumerate(msgs):
+            m.properties["UNIQ_KEY"] = f"7F0000010E1C18B4AAC2{k:06X}{i:06X}"
+        ext = _send_ext(k, "WAIT\x01true")
+        for st in _STYPES:
+            frames.append(encode(RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, 2000 + k, 0, None, dict(ext),
+                                                 encode_messages(msgs), serialize_type=st)))
     for code, ext, body in others:
         for st in _STYPES:
             frames.append(encode(RemotingCommand(code, 77, 0, None, dict(ext) if ext else None, body,
