@@ -107,8 +107,8 @@ def broker_request_frames() -> list[bytes]:
 
 def mutate(rnd: random.Random, frame: bytes) -> bytes:
     """`frame` with a few bytes changed, dropped or inserted: in the header mostly, the frame and header
-    lengths kept consistent or not (a MSGPACK str sometimes made an array or map); or, for a frame with a
-    body, in the body (JSON-ish bytes half the time)."""
+    lengths kept consistent or not (a MSGPACK str sometimes made an array or map, a JSON value given another
+    type); or, for a frame with a body, in the body (JSON-ish bytes half the time)."""
     f = bytearray(frame)
     hl = int.from_bytes(f[4:8], "big") & 0xFFFFFF
     kind = rnd.random()
@@ -119,6 +119,19 @@ def mutate(rnd: random.Random, frame: bytes) -> bytes:
         if marks:
             f[rnd.choice(marks)] = rnd.choice((0x91, 0x81))
             return bytes(f)
+    if f[4] == 0 and kind < 0.1:
+        # JSON: one extFields value given another type (a list, a map, a number, true or null)
+        try:
+            header = json.loads(bytes(f[8 : 8 + hl]))
+        except ValueError:
+            header = None
+        ext = header.get("extFields") if isinstance(header, dict) else None
+        if ext:
+            k = rnd.choice(sorted(ext))
+            ext[k] = rnd.choice(([ext[k]], {"v": ext[k]}, 7, -1.5, True, None))
+            h = json.dumps(header, ensure_ascii=False).encode()
+            body = bytes(f[8 + hl :])
+            return (4 + len(h) + len(body)).to_bytes(4, "big") + len(h).to_bytes(4, "big") + h + body
     if 8 + hl < len(f) and kind < 0.25:
         for _ in range(rnd.randint(1, 4)):
             j = rnd.randrange(8 + hl, len(f))
