@@ -63,6 +63,7 @@ from remoting.connection import Processor, RequestDispatcher
 from remoting.message import MessageConst, PermName
 from remoting.properties import ConfigError, parse_properties
 from remoting.server import RemotingServer
+from store.config import MessageStoreConfig
 from store.message_store import DefaultMessageStore
 
 log = structlog.get_logger(__name__)
@@ -82,16 +83,33 @@ CONSUMER_MANAGE_CODES = (
 )
 
 
-def check_store_path_writable(root: str) -> None:
-    """Blocking: create the store root and its config dir and prove we can write there."""
+def _prove_writable_dir(key: str, path: str) -> None:
+    """Blocking: create directory `path` (and its parents) and write a file in it; ConfigError names `key`."""
     try:
-        cfg = Path(root) / "config"
-        cfg.mkdir(parents=True, exist_ok=True)
-        probe = cfg / f".write-test-{os.getpid()}"
+        d = Path(path)
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / f".write-test-{os.getpid()}"
         probe.write_bytes(b"ok")
         probe.unlink()
     except OSError as e:
-        raise ConfigError(f"storePathRootDir {root!r} is not writable: {e.strerror or e}") from None
+        raise ConfigError(f"{key} {path!r} is not writable: {e.strerror or e}") from None
+
+
+def check_store_path_writable(store: MessageStoreConfig) -> None:
+    """Blocking: create the store root and its config dir, and every store path set on its own
+    (storePathCommitLog, storePathConsumeQueue, storePathIndex; the directories of storeCheckpoint and
+    abortFile), and prove each writable: a bad one exits at start naming its key, not on first use."""
+    _prove_writable_dir("storePathRootDir", os.path.join(store.storePathRootDir, "config"))
+    for key in ("storePathCommitLog", "storePathConsumeQueue", "storePathIndex"):
+        path = getattr(store, key)
+        if path:
+            _prove_writable_dir(key, path)
+    for key in ("storeCheckpoint", "abortFile"):
+        path = getattr(store, key)
+        if path:
+            if os.path.isdir(path):
+                raise ConfigError(f"{key} {path!r} is a directory, not a file")
+            _prove_writable_dir(key, os.path.dirname(os.path.abspath(path)))
 
 
 def probe_listen_port(host: str, port: int) -> None:
@@ -361,8 +379,7 @@ class BrokerController:
 
     async def start(self) -> None:
         bc = self.broker_config
-        root = self.store_config.storePathRootDir
-        await asyncio.to_thread(check_store_path_writable, root)
+        await asyncio.to_thread(check_store_path_writable, self.store_config)
         await asyncio.to_thread(probe_listen_port, bc.bind_host, bc.listenPort)
         for mgr in (self.topic_config_manager, self.subscription_group_manager, self.consumer_offset_manager):
             ok = await asyncio.to_thread(mgr.load)
@@ -412,7 +429,7 @@ class BrokerController:
             broker_id=bc.brokerId,
             namesrv=";".join(self.broker_outer_api.namesrv_addr_list) or None,
             registered=registered,
-            store=root,
+            store=self.store_config.storePathRootDir,
         )
 
     async def stop(self) -> None:

@@ -378,6 +378,15 @@ def test_port_in_use_and_unwritable_store_exit_at_once(tmp_path: Path) -> None:
                                             "storePathRootDir": str(blocker / "store")})
     r = run_broker_cli("-c", str(conf))
     assert r.returncode != 0 and "storePathRootDir" in r.stderr, r.stderr
+    # Every store path set on its own too, named in one line, before anything is created under the root.
+    for key, value in (("storePathCommitLog", blocker), ("storePathConsumeQueue", blocker / "cq"),
+                       ("storePathIndex", blocker), ("storeCheckpoint", tmp_path), ("abortFile", blocker / "x" / "abort")):
+        conf = write_conf(tmp_path / f"{key}.conf", {"brokerIP1": "127.0.0.1", "listenPort": free_port(),
+                                                     "storePathRootDir": str(tmp_path / key), key: str(value)})
+        r = run_broker_cli("-c", str(conf))
+        said = [ln for ln in r.stderr.splitlines() if ln.startswith("mqbroker:")]
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (key, r.stderr)
+        assert len(said) == 1 and key in said[0], r.stderr
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="signals")
