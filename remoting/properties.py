@@ -61,7 +61,9 @@ def build_config(model: type[M], values: dict[str, Any], *, source: str = "confi
         return model.model_validate(values)
     except ValidationError as e:
         err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"]) or "?"
+        if not err["loc"]:  # a check across keys: its message names them
+            raise ConfigError(f"{source}: {err['msg'].removeprefix('Value error, ')}") from None
+        key = ".".join(str(x) for x in err["loc"])
         raw = values.get(key, "")
         raise ConfigError(f"{source}: bad value {raw!r} for key '{key}': {err['msg']}") from None
 

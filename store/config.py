@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class FlushDiskType(StrEnum):
@@ -38,8 +38,10 @@ class MessageStoreConfig(BaseModel):
     storeCheckpoint: str | None = None
     abortFile: str | None = None
 
-    mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
-    mappedFileSizeConsumeQueue: int = 300000 * CQ_STORE_UNIT_SIZE
+    # A commit log file of at least a page; a consume queue file of at least one unit (Java takes any value
+    # and fails later, on a put or a division by the unit count).
+    mappedFileSizeCommitLog: int = Field(default=1024 * 1024 * 1024, ge=4096)
+    mappedFileSizeConsumeQueue: int = Field(default=300000 * CQ_STORE_UNIT_SIZE, ge=CQ_STORE_UNIT_SIZE)
 
     flushDiskType: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     brokerRole: BrokerRole = BrokerRole.ASYNC_MASTER
@@ -65,7 +67,7 @@ class MessageStoreConfig(BaseModel):
     diskSpaceWarningLevelRatio: float = 0.90
     diskSpaceCleanForciblyRatio: float = 0.85
 
-    maxMessageSize: int = 1024 * 1024 * 4
+    maxMessageSize: int = Field(default=1024 * 1024 * 4, ge=1)
     checkCRCOnRecover: bool = True
     maxTransferBytesOnMessageInMemory: int = 1024 * 256
     maxTransferCountOnMessageInMemory: int = 32
@@ -75,8 +77,8 @@ class MessageStoreConfig(BaseModel):
 
     messageIndexEnable: bool = True
     messageIndexSafe: bool = False
-    maxHashSlotNum: int = 5000000
-    maxIndexNum: int = 5000000 * 4
+    maxHashSlotNum: int = Field(default=5000000, ge=1)
+    maxIndexNum: int = Field(default=5000000 * 4, ge=1)
     maxMsgsNumBatch: int = 64
     defaultQueryMaxNum: int = 32
 
@@ -94,6 +96,16 @@ class MessageStoreConfig(BaseModel):
     # it or 10 s have passed, and the rest of the writer's file and the next one while the broker is idle,
     # so the event loop's writes find their pages (see warm_ahead.py). Java writes zeros and mlocks instead.
     warmMapedFileEnable: bool = True
+
+    @model_validator(mode="after")
+    def _index_file_fits(self) -> MessageStoreConfig:
+        # Java sizes an index file in an int (header, 4 bytes a slot, 20 an entry): beyond 2 GiB it overflows
+        # there; here it would be a file that size made at start.
+        size = 40 + 4 * self.maxHashSlotNum + 20 * self.maxIndexNum
+        if size > 2**31 - 1:
+            raise ValueError(f"keys 'maxHashSlotNum' ({self.maxHashSlotNum}) and 'maxIndexNum' ({self.maxIndexNum}) "
+                             f"make an index file of {size} bytes, over 2 GiB")
+        return self
 
     @field_validator("deleteWhen", mode="before")
     @classmethod

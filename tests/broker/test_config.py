@@ -71,6 +71,15 @@ def test_store_and_broker_keys_from_one_file() -> None:
         ({"maxMessageSize": "x"}, "'maxMessageSize'"),
         ({"serverIdlePollMicros": "-1"}, "'serverIdlePollMicros'"),
         ({"serverIdlePollMicros": "1000000"}, "'serverIdlePollMicros'"),
+        # Values the store cannot work with (before, a broker started and failed every send, or divided by 0)
+        ({"mappedFileSizeCommitLog": "0"}, "'mappedFileSizeCommitLog'"),
+        ({"mappedFileSizeConsumeQueue": "0"}, "'mappedFileSizeConsumeQueue'"),
+        ({"maxMessageSize": "0"}, "'maxMessageSize'"),
+        ({"maxHashSlotNum": "0"}, "'maxHashSlotNum'"),
+        ({"maxIndexNum": "-1"}, "'maxIndexNum'"),
+        # An index file over 2 GiB (Java's int overflows; here start would make a file that size)
+        ({"maxHashSlotNum": "2147483647"}, "'maxHashSlotNum'"),
+        ({"maxIndexNum": "200000000"}, "'maxIndexNum'"),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(values: dict[str, str], needle: str) -> None:
