@@ -23,6 +23,8 @@ from remoting.message import (
     encode_properties,
 )
 
+from .errors import InvalidMessageError
+
 __all__ = [
     "Message",
     "MessageConst",
@@ -47,13 +49,21 @@ _PROPERTY_SEPARATOR = PROPERTY_SEPARATOR
 _NAME_VALUE_JOIN = NAME_VALUE_SEPARATOR.join
 
 
+def _no_separators(what: str, s: str) -> str:
+    """`s`, unless it holds \x01 or \x02: the characters a message's properties are separated by on the wire
+    (name\x01value\x02...), so one inside a value would split or cut it where it is stored."""
+    if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
+        raise InvalidMessageError(f"{what} {s!r} contains \\x01 or \\x02, RocketMQ's property separators")
+    return s
+
+
 def _join_keys(keys: str | Iterable[str] | None) -> str | None:
     if keys is None:
         return None
     if isinstance(keys, str):
-        return keys or None
+        return _no_separators("the keys", keys) if keys else None
     joined = MessageConst.KEY_SEPARATOR.join(str(k) for k in keys if k)
-    return joined or None
+    return _no_separators("the keys", joined) if joined else None
 
 
 class Message:
@@ -94,13 +104,19 @@ class Message:
             self.properties = {_WAIT: "true" if wait_store_msg_ok else "false"}
             return
         props: dict[str, str] = {}
+        self.properties = props
         if properties:
             for k, v in properties.items():
                 if v is not None:
-                    props[str(k)] = str(v)
-        self.properties = props
+                    k = str(k)
+                    v = str(v)
+                    if not k or not v:
+                        # (the wire form drops an empty name or value, as RocketMQ's decoder does: refused here
+                        # rather than lost there; put_user_property refuses them too, as Java's does)
+                        raise InvalidMessageError(f"property {k!r}={v!r}: names and values must be non-empty")
+                    props[_no_separators("the property name", k)] = _no_separators(f"the value of property {k!r}", v)
         if tags:
-            props[_TAGS] = tags
+            props[_TAGS] = _no_separators("the tags", tags)
         joined = _join_keys(keys)
         if joined:
             props[_KEYS] = joined
@@ -116,7 +132,7 @@ class Message:
 
     @tags.setter
     def tags(self, value: str | None) -> None:
-        self._set(_TAGS, value or None)
+        self._set(_TAGS, _no_separators("the tags", value) if value else None)
 
     @property
     def keys(self) -> str | None:
@@ -169,7 +185,8 @@ class Message:
             raise ValueError(f"the property {name!r} is used by the system, choose another name")
         if not name or not value:
             raise ValueError("user property name and value must be non-empty")
-        self.properties[name] = value
+        self.properties[_no_separators("the property name", name)] = _no_separators(
+            f"the value of property {name!r}", value)
 
     def user_properties(self) -> dict[str, str]:
         return {k: v for k, v in self.properties.items() if k not in MessageConst.STRING_HASH_SET}

@@ -12,6 +12,7 @@ import pytest
 from client import Message, MessageQueue, error_for_code
 from client.config import ClientConfig, parse_namesrv_addr, resolve_namesrv_addr
 from client.errors import (
+    InvalidMessageError,
     MQBrokerError,
     MQClientError,
     NoNameServerError,
@@ -54,6 +55,35 @@ def test_put_user_property_refuses_system_names() -> None:
         m.put_user_property("UNIQ_KEY", "abc")
     m.put_user_property("trace", "1")
     assert m.get_property("trace") == "1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"properties": {"color": ""}}, "'color'"),  # an empty value or name is dropped on the wire: refused here
+        ({"properties": {"": "red"}}, "non-empty"),
+        ({"properties": {"color": "red\x02blue"}}, "'color'"),  # \x01 / \x02 would split the stored properties
+        ({"properties": {"co\x01lor": "red"}}, "property name"),
+        ({"tags": "TagA\x01"}, "tags"),
+        ({"keys": ["k1", "k\x022"]}, "keys"),
+        ({"keys": "k1\x01"}, "keys"),
+    ],
+)
+def test_message_refuses_what_its_stored_properties_would_lose_or_split(kwargs: dict, needle: str) -> None:
+    with pytest.raises(InvalidMessageError, match=needle):
+        Message("T", b"x", **kwargs)
+
+
+def test_message_setters_refuse_property_separators() -> None:
+    m = Message("T", b"x", properties={"ok": "fine", "unset": None})
+    assert m.properties == {"ok": "fine", "WAIT": "true"}  # None: not set
+    with pytest.raises(InvalidMessageError, match="tags"):
+        m.tags = "a\x02b"
+    with pytest.raises(InvalidMessageError, match="keys"):
+        m.keys = ["a", "b\x01"]
+    with pytest.raises(InvalidMessageError, match="'trace'"):
+        m.put_user_property("trace", "1\x021")
+    assert m.properties == {"ok": "fine", "WAIT": "true"}  # nothing half-set
 
 
 def test_message_queue_is_hashable_and_sorts_like_java() -> None:

@@ -89,7 +89,7 @@ def broker_request_frames() -> list[bytes]:
                                                  b"x" * (10 + 500 * k), serialize_type=st)))
     # Batches: one of one shape (the broker reads it column by column), one of mixed messages.
     uniform = [Message(TOPIC, b"u" * 64, tags="TagA", keys=[f"k{i:02d}"]) for i in range(4)]
-    mixed = [Message(TOPIC, b"m" * (1 + 40 * i), tags=["TagA", None, "标签"][i % 3], properties={"p": "v" * i})
+    mixed = [Message(TOPIC, b"m" * (1 + 40 * i), tags=["TagA", None, "标签"][i % 3], properties={"p": "v" * (i + 1)})
              for i in range(4)]
     for k, msgs in enumerate((uniform, mixed)):
         for i, m in enumerate(msgs):
