@@ -25,6 +25,9 @@ from remoting.message import (
 
 from .errors import InvalidMessageError
 
+_NV = NAME_VALUE_SEPARATOR
+_PS = PROPERTY_SEPARATOR
+
 __all__ = [
     "Message",
     "MessageConst",
@@ -57,13 +60,26 @@ def _no_separators(what: str, s: str) -> str:
     return s
 
 
+def _refuse_property(name: str, value: str) -> None:
+    """Raise the precise error for a property Message refuses (see Message.__init__)."""
+    if not name or not value:
+        # (the wire form drops an empty name or value, as RocketMQ's decoder does: refused here rather than
+        # lost there; put_user_property refuses them too, as Java's does)
+        raise InvalidMessageError(f"property {name!r}={value!r}: names and values must be non-empty")
+    _no_separators("the property name", name)
+    _no_separators(f"the value of property {name!r}", value)
+
+
 def _join_keys(keys: str | Iterable[str] | None) -> str | None:
     if keys is None:
         return None
     if isinstance(keys, str):
-        return _no_separators("the keys", keys) if keys else None
-    joined = MessageConst.KEY_SEPARATOR.join(str(k) for k in keys if k)
-    return _no_separators("the keys", joined) if joined else None
+        joined = keys
+    else:
+        joined = MessageConst.KEY_SEPARATOR.join(str(k) for k in keys if k)
+    if not joined:
+        return None
+    return _no_separators("the keys", joined) if _NV in joined or _PS in joined else joined
 
 
 class Message:
@@ -110,13 +126,11 @@ class Message:
                 if v is not None:
                     k = str(k)
                     v = str(v)
-                    if not k or not v:
-                        # (the wire form drops an empty name or value, as RocketMQ's decoder does: refused here
-                        # rather than lost there; put_user_property refuses them too, as Java's does)
-                        raise InvalidMessageError(f"property {k!r}={v!r}: names and values must be non-empty")
-                    props[_no_separators("the property name", k)] = _no_separators(f"the value of property {k!r}", v)
+                    if not k or not v or _NV in k or _NV in v or _PS in k or _PS in v:
+                        _refuse_property(k, v)
+                    props[k] = v
         if tags:
-            props[_TAGS] = _no_separators("the tags", tags)
+            props[_TAGS] = _no_separators("the tags", tags) if _NV in tags or _PS in tags else tags
         joined = _join_keys(keys)
         if joined:
             props[_KEYS] = joined
