@@ -177,7 +177,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._next_auto_commit = 0.0
         self._persist_task: asyncio.Task[None] | None = None
         self._reader: QueueReader | None = None
-        self._lock = asyncio.Lock()
+        self._forgetting: set[asyncio.Task[None]] = set()  # assign()'s persists of dropped queues' offsets
         # poll_blocking's hand-off (made by enable_blocking_poll): batches taken off _ready for pollers on
         # other threads, how many are in it, and what those threads took (True) or gave back (False), for
         # the loop to account for in one callback (_settle_handoff) per wake-up.
@@ -235,28 +235,45 @@ class LitePullConsumer(SubscriptionInfoHooks):
                     self._drop_queue(mq, st)
 
     def assign(self, queues: Iterable[MessageQueue]) -> None:
-        """Consume exactly these queues (no group rebalance). Replaces a previous assignment."""
+        """Consume exactly these queues (no group rebalance). Replaces a previous assignment. On a running
+        consumer it takes effect at once, as Java's does: a seek, pause or commit right after it finds the
+        queues (RocketMQ's LitePullConsumerAssign example seeks on the next line)."""
         self._set_mode(_Mode.ASSIGN)
         new = sorted(set(queues))
         self._assigned_request = new
         if self.running:
-            asyncio.get_running_loop().create_task(self._apply_assignment())
+            dropped = self._assign_now()
+            if dropped:
+                task = asyncio.get_running_loop().create_task(self._forget_dropped(dropped))
+                self._forgetting.add(task)
+                task.add_done_callback(self._forgetting.discard)
 
     def assignment(self) -> list[MessageQueue]:
         return sorted(self._queues)
 
+    def _assign_now(self) -> list[MessageQueue]:
+        """Make the requested assignment the current one: drop the queues it leaves out and start the new
+        ones. Returns the dropped queues, whose offsets are still to be persisted and forgotten."""
+        wanted = set(self._assigned_request)
+        dropped = []
+        for mq, st in list(self._queues.items()):
+            if mq not in wanted:
+                self._drop_queue(mq, st)
+                dropped.append(mq)
+        for mq in sorted(wanted - set(self._queues)):
+            if mq.topic not in self._subscriptions:
+                self._subscriptions[mq.topic] = build_subscription_data(mq.topic, SUB_ALL)
+            self.start_queue(PullRequest(self._group, mq, ProcessQueue(), -1))
+        return dropped
+
+    async def _forget_dropped(self, dropped: list[MessageQueue]) -> None:
+        for mq in dropped:
+            await self.offset_store.persist(mq)
+            if mq not in self._queues:  # (not assigned again meanwhile)
+                self.offset_store.remove_offset(mq)
+
     async def _apply_assignment(self) -> None:
-        async with self._lock:
-            wanted = set(self._assigned_request)
-            for mq, st in list(self._queues.items()):
-                if mq not in wanted:
-                    await self.offset_store.persist(mq)
-                    self.offset_store.remove_offset(mq)
-                    self._drop_queue(mq, st)
-            for mq in sorted(wanted - set(self._queues)):
-                if mq.topic not in self._subscriptions:
-                    self._subscriptions[mq.topic] = build_subscription_data(mq.topic, SUB_ALL)
-                self.start_queue(PullRequest(self._group, mq, ProcessQueue(), -1))
+        await self._forget_dropped(self._assign_now())
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -318,6 +335,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
             self._persist_task.cancel()
         if self.auto_commit:
             self._commit_all_to_store()
+        if self._forgetting:  # dropped queues' offsets, persisted before the client goes
+            await asyncio.gather(*self._forgetting, return_exceptions=True)
         await self._persist_all()
         try:
             await inst.unregister_consumer(self._group)

@@ -82,6 +82,35 @@ async def test_assign_poll_commit_seek_and_pause(mq_cluster: ConsumerCluster, na
         await c.shutdown()
 
 
+async def test_assign_on_a_running_consumer_takes_effect_at_once(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """RocketMQ's LitePullConsumerAssign example: start, assign, and seek on the next line. A pause right after
+    an assign holds its queue, and a new assignment drops what it leaves out (and commits its offset)."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 2)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 5)
+    c = LitePullConsumer(group, mq_cluster.namesrv_addr, auto_commit=False, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    await c.start()
+    try:
+        c.assign(queues)
+        await c.seek(queues[0], 3)  # no await between: before, "not in assigned list"
+        c.pause([queues[1]])  # before, a no-op: the queue did not exist yet
+        got = await poll_until(c, 2)
+        assert [(m.queue_id, m.queue_offset) for m in got] == [(0, 3), (0, 4)]
+        await asyncio.sleep(0.3)
+        assert await c.poll(0.2) == []  # queue 1 stays paused
+        assert (await c.commit())[queues[0]] == 5
+        c.assign([queues[1]])
+        assert c.assignment() == [queues[1]]
+        c.resume([queues[1]])
+        got = await poll_until(c, 5)
+        assert [(m.queue_id, m.queue_offset) for m in got] == [(1, i) for i in range(5)]
+    finally:
+        await c.shutdown()
+    assert await broker_committed(mq_cluster, group, queues[0]) == 5  # the dropped queue's offset was persisted
+
+
 async def test_auto_commit_commits_what_earlier_polls_returned(
     mq_cluster: ConsumerCluster, names: Callable[[str], str]
 ) -> None:
