@@ -1,9 +1,10 @@
 """Valid request frames of many kinds, and random mutations of them, for the fuzz tests.
 
 The seeds are what clients put on the wire: our producer's pipelined SEND headers (MSGPACK, g and i first,
-which the frame decoder reads on its fast path), batches, pulls, and the other requests a client or mqadmin sends, each
-as JSON (Java's), MSGPACK (ours) and ROCKETMQ (binary) headers. A mutation changes, drops or inserts a few
-header bytes (keeping or breaking the lengths), or changes a few body bytes."""
+which the frame decoder reads on its fast path), batches, pulls, and the other requests a client or mqadmin
+sends, each as JSON (Java's), MSGPACK (ours) and ROCKETMQ (binary) headers. A mutation changes, drops or inserts
+a few header bytes (keeping or breaking the lengths), gives a header value another type, or changes a few body
+bytes. fuzz_requests sends mutations to a live server, each on a connection of its own."""
 
 from __future__ import annotations
 
