@@ -272,9 +272,6 @@ class LitePullConsumer(SubscriptionInfoHooks):
             if mq not in self._queues:  # (not assigned again meanwhile)
                 self.offset_store.remove_offset(mq)
 
-    async def _apply_assignment(self) -> None:
-        await self._forget_dropped(self._assign_now())
-
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         if self.running:
@@ -320,7 +317,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
             await inst.send_heartbeat_to_all_brokers()
             await self.do_rebalance()
         elif self._mode is _Mode.ASSIGN:
-            await self._apply_assignment()
+            self._assign_now()  # (nothing to drop: no queue is ours before start)
 
     async def shutdown(self) -> None:
         if not self.running:
