@@ -25,9 +25,6 @@ from remoting.message import (
 
 from .errors import InvalidMessageError
 
-_NV = NAME_VALUE_SEPARATOR
-_PS = PROPERTY_SEPARATOR
-
 __all__ = [
     "Message",
     "MessageConst",
@@ -49,13 +46,14 @@ _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 _WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
 _UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _PROPERTY_SEPARATOR = PROPERTY_SEPARATOR
+_NAME_VALUE_SEPARATOR = NAME_VALUE_SEPARATOR
 _NAME_VALUE_JOIN = NAME_VALUE_SEPARATOR.join
 
 
 def _no_separators(what: str, s: str) -> str:
     """`s`, unless it holds \x01 or \x02: the characters a message's properties are separated by on the wire
     (name\x01value\x02...), so one inside a value would split or cut it where it is stored."""
-    if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
+    if _NAME_VALUE_SEPARATOR in s or _PROPERTY_SEPARATOR in s:
         raise InvalidMessageError(f"{what} {s!r} contains \\x01 or \\x02, RocketMQ's property separators")
     return s
 
@@ -79,7 +77,9 @@ def _join_keys(keys: str | Iterable[str] | None) -> str | None:
         joined = MessageConst.KEY_SEPARATOR.join(str(k) for k in keys if k)
     if not joined:
         return None
-    return _no_separators("the keys", joined) if _NV in joined or _PS in joined else joined
+    if _NAME_VALUE_SEPARATOR in joined or _PROPERTY_SEPARATOR in joined:
+        _no_separators("the keys", joined)  # (raises, naming them)
+    return joined
 
 
 class Message:
@@ -126,11 +126,15 @@ class Message:
                 if v is not None:
                     k = str(k)
                     v = str(v)
-                    if not k or not v or _NV in k or _NV in v or _PS in k or _PS in v:
+                    # (the separator tests inline, not a call each: a message's properties are checked here)
+                    if (not k or not v or _NAME_VALUE_SEPARATOR in k or _NAME_VALUE_SEPARATOR in v
+                            or _PROPERTY_SEPARATOR in k or _PROPERTY_SEPARATOR in v):
                         _refuse_property(k, v)
                     props[k] = v
         if tags:
-            props[_TAGS] = _no_separators("the tags", tags) if _NV in tags or _PS in tags else tags
+            if _NAME_VALUE_SEPARATOR in tags or _PROPERTY_SEPARATOR in tags:
+                _no_separators("the tags", tags)  # (raises, naming them)
+            props[_TAGS] = tags
         joined = _join_keys(keys)
         if joined:
             props[_KEYS] = joined
