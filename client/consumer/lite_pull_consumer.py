@@ -327,6 +327,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._state = "SHUTDOWN"
         await self.close_reader()
         inst = self.instance
+        if self.rebalance is not None:  # (a rebalance under way finishes before its queues are dropped)
+            await self.rebalance.stop()
         await self.pull_service.shutdown()
         if self._persist_task is not None:
             self._persist_task.cancel()

@@ -384,6 +384,7 @@ class PushConsumer(SubscriptionInfoHooks):
             inst = self.instance
             for t in list(self._bg):
                 t.cancel()
+            await self.rebalance.stop()
             await self.pull_service.shutdown()
             await self.consume_service.shutdown(self.await_termination_millis_when_shutdown / 1000)
             await self._persist_offsets()

@@ -176,6 +176,7 @@ class RebalanceImpl:
         self.topic_subscribe_info_table: dict[str, set[MessageQueue]] = {}
         self.subscription_inner: dict[str, SubscriptionData] = {}
         self._lock = asyncio.Lock()
+        self._stopped = False
         self.rebalance_count = 0
 
     # ------------------------------------------------------------------ broker locks (orderly)
@@ -267,6 +268,8 @@ class RebalanceImpl:
     # ------------------------------------------------------------------ rebalance
     async def do_rebalance(self, is_order: bool) -> None:
         async with self._lock:
+            if self._stopped:
+                return
             self.rebalance_count += 1
             for topic in list(self.subscription_inner):
                 try:
@@ -394,6 +397,14 @@ class RebalanceImpl:
             self.on_process_queue_dropped(mq, pq)
             await self.remove_unnecessary_message_queue(mq, pq)
             log.info("rebalance_fix_offset_remove_queue", group=self.consumer_group, mq=str(mq), dropped=was)
+
+    async def stop(self) -> None:
+        """No rebalance starts after this; waits for one under way (its requests have timeouts). A
+        consumer shutting down calls it first, so what that rebalance locks or adds is seen by the
+        shutdown's unlock and offset commit instead of outliving the consumer."""
+        self._stopped = True
+        async with self._lock:
+            pass
 
     def destroy(self) -> None:
         for mq, pq in list(self.process_queue_table.items()):

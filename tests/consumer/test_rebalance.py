@@ -3,12 +3,13 @@ joins or leaves; no message is lost across the switch."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
 import pytest
 
-from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus, PushConsumer
 from client.consumer.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -191,3 +192,51 @@ async def test_by_config_and_by_machine_room(mq_cluster: ConsumerCluster, names:
     finally:
         for c in [*room, fixed]:
             await c.shutdown()
+
+
+def orderly_member(cluster: ConsumerCluster, group: str, topic: str, name: str) -> PushConsumer:
+    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c = PushConsumer(group, cluster.namesrv_addr, instance_name=f"{name}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c.subscribe(topic, "*")
+    c.register_orderly_listener(listener)
+    return c
+
+
+def owns_locked(c: PushConsumer, queues: list[MessageQueue]) -> bool:
+    pqs = c.process_queue_table()
+    return all(q in pqs and pqs[q].locked for q in queues)
+
+
+async def test_orderly_members_leaving_back_to_back_leave_no_queue_locked(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """The second member's shutdown starts while the first one's leaving makes it rebalance (and lock
+    queues at the broker): the shutdown waits for that rebalance, so its unlock covers what it locked,
+    and a newcomer owns every queue at once rather than after the broker's 60 s lock expiry."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 8)
+
+    def split_locked(c1: PushConsumer, c2: PushConsumer) -> bool:
+        a, b = mine(c1, topic), mine(c2, topic)
+        return a | b == set(queues) and len(a) == 4 and owns_locked(c1, list(a)) and owns_locked(c2, list(b))
+
+    for rnd in range(3):
+        c1, c2 = (orderly_member(mq_cluster, group, topic, f"c{i}r{rnd}") for i in (1, 2))
+        await c1.start()
+        await c2.start()
+        try:
+            await wait_until(functools.partial(split_locked, c1, c2), NOTIFY_BOUND_S, "a locked 4/4 split")
+        finally:
+            await c1.shutdown()
+            await c2.shutdown()
+        c3 = orderly_member(mq_cluster, group, topic, f"c3r{rnd}")
+        await c3.start()
+        try:
+            await wait_until(
+                functools.partial(owns_locked, c3, queues), NOTIFY_BOUND_S, f"round {rnd}: the newcomer locking every queue"
+            )
+        finally:
+            await c3.shutdown()
+
