@@ -175,6 +175,8 @@ class RebalanceImpl:
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.topic_subscribe_info_table: dict[str, set[MessageQueue]] = {}
         self.subscription_inner: dict[str, SubscriptionData] = {}
+        # Dropped orderly queues whose broker lock is released later (RebalancePushImpl._unlock_delay).
+        self.unlock_pending: dict[MessageQueue, ProcessQueue] = {}
         self._lock = asyncio.Lock()
         self._stopped = False
         self.rebalance_count = 0
@@ -203,6 +205,7 @@ class RebalanceImpl:
             log.warning("lock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
             return False
         for g in granted:
+            self.unlock_pending.pop(g, None)  # taken back: a delayed unlock would release our new lock
             pq = self.process_queue_table.get(g)
             if pq is not None:
                 pq.set_locked(True)
@@ -249,7 +252,10 @@ class RebalanceImpl:
             log.warning("unlock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
 
     async def unlock_all(self, oneway: bool) -> None:
-        for broker, mqs in self._by_broker(list(self.process_queue_table)).items():
+        """Every queue locked at the brokers: the owned ones and those dropped but not yet unlocked."""
+        held = self.process_queue_table.keys() | self.unlock_pending.keys()
+        self.unlock_pending.clear()
+        for broker, mqs in self._by_broker(sorted(held)).items():
             addr = self._master(broker)
             if addr is None:
                 continue
@@ -473,11 +479,20 @@ class RebalancePushImpl(RebalanceImpl):
         return True
 
     def _unlock_delay(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        # Until it runs the broker lock is still ours: unlock_all (at shutdown) releases it too.
+        self.unlock_pending[mq] = pq
+        delay_ms = 0
         if pq.has_temp_message():
-            log.info("unlock_delay", mq=str(mq), delay_ms=UNLOCK_DELAY_TIME_MS)
-            self.owner.execute_task_later(lambda: self.unlock(mq, True), UNLOCK_DELAY_TIME_MS / 1000)
-        else:
-            self.owner.execute_task_later(lambda: self.unlock(mq, True), 0)
+            delay_ms = UNLOCK_DELAY_TIME_MS
+            log.info("unlock_delay", mq=str(mq), delay_ms=delay_ms)
+
+        async def unlock_later() -> None:
+            if self.unlock_pending.get(mq) is not pq:  # locked again since (see lock), or released
+                return
+            del self.unlock_pending[mq]
+            await self.unlock(mq, True)
+
+        self.owner.execute_task_later(unlock_later, delay_ms / 1000)
 
     def consume_type(self) -> ConsumeType:
         return ConsumeType.CONSUME_PASSIVELY

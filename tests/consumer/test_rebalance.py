@@ -3,6 +3,7 @@ joins or leaves; no message is lost across the switch."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus, PushConsumer
+from client.consumer import rebalance as rebalance_module
 from client.consumer.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
@@ -240,3 +242,73 @@ async def test_orderly_members_leaving_back_to_back_leave_no_queue_locked(
         finally:
             await c3.shutdown()
 
+
+async def test_orderly_queue_dropped_with_messages_in_hand_is_unlocked_when_its_member_leaves(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """A member dropping a queue that still holds pulled messages unlocks it only 20 s later (as Java
+    does, so the next owner does not race the messages in hand). If that member shuts down first, its
+    shutdown unlocks those queues too: the survivor owns them at once, not after the 60 s lock expiry."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 8)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 40)  # a backlog: c1's queues hold messages
+
+    async def slow(msgs, ctx):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.05)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"slow-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c1.subscribe(topic, "*")
+    c1.register_orderly_listener(slow)
+    c2 = orderly_member(mq_cluster, group, topic, "c2")
+    await c1.start()
+    try:
+        await wait_until(lambda: owns_locked(c1, queues), NOTIFY_BOUND_S, "c1 locking every queue")
+        await c2.start()
+        await wait_until(lambda: len(mine(c1, topic)) == 4, NOTIFY_BOUND_S, "c1 dropping half of its queues")
+        dropped = set(queues) - mine(c1, topic)
+        await asyncio.sleep(1.0)
+        assert not owns_locked(c2, list(dropped))  # still c1's at the broker: the 20 s delay runs
+    finally:
+        await c1.shutdown()
+    try:
+        await wait_until(lambda: owns_locked(c2, queues), NOTIFY_BOUND_S, "c2 locking every queue after c1 left")
+    finally:
+        await c2.shutdown()
+
+
+async def test_orderly_queue_taken_back_before_its_delayed_unlock_stays_locked(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue dropped with messages in hand and taken back before its delayed unlock runs is locked
+    again by its owner: the stale unlock must not release that new lock (another member could then
+    lock the queue while its owner goes on consuming it)."""
+    monkeypatch.setattr(rebalance_module, "UNLOCK_DELAY_TIME_MS", 1500)
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 8)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 40)
+
+    async def slow(msgs, ctx):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.05)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"slow-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c1.subscribe(topic, "*")
+    c1.register_orderly_listener(slow)
+    c2 = orderly_member(mq_cluster, group, topic, "c2")
+    await c1.start()
+    try:
+        await wait_until(lambda: owns_locked(c1, queues), NOTIFY_BOUND_S, "c1 locking every queue")
+        await c2.start()
+        try:
+            await wait_until(lambda: len(mine(c1, topic)) == 4, NOTIFY_BOUND_S, "c1 dropping half of its queues")
+        finally:
+            await c2.shutdown()
+        await wait_until(lambda: owns_locked(c1, queues), NOTIFY_BOUND_S, "c1 taking every queue back")
+        await asyncio.sleep(2.5)  # past the (shortened) unlock delay
+        probe = await c1.instance.api.lock_batch_mq(
+            mq_cluster.brokers["broker-a"], group, "probe@not-a-member", queues, timeout_ms=3000
+        )
+        assert probe == set(), "a queue c1 holds was unlocked behind its back"
+    finally:
+        await c1.shutdown()
