@@ -146,6 +146,7 @@ class MQClientInstance:
         self._heartbeat_lock: asyncio.Lock | None = None
         self._heartbeat_pending = False
         self._rebalance_event: asyncio.Event | None = None
+        self._rebalance_later: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None  # threading.get_ident() of the thread start() ran on
         self._register_processors()
@@ -206,6 +207,8 @@ class MQClientInstance:
         if self._closed:
             return
         self._closed = True
+        if self._rebalance_later is not None:
+            self._rebalance_later.cancel()
         for t in self._tasks:
             t.cancel()
         for t in list(self._bg):
@@ -598,6 +601,20 @@ class MQClientInstance:
                 cb()
             except Exception as e:
                 log.warning("rebalance_listener_failed", error=str(e))
+
+    def rebalance_later(self, delay_s: float) -> None:
+        """Wake the rebalance loop in delay_s (one wake-up pending at a time): a rebalance that could
+        not lock or release every queue it should tries again soon, as upstream's client does, not
+        at the next periodic round."""
+        ev = self._rebalance_event
+        if ev is None or self._closed or self._rebalance_later is not None:
+            return
+
+        def wake() -> None:
+            self._rebalance_later = None
+            ev.set()
+
+        self._rebalance_later = asyncio.get_running_loop().call_later(delay_s, wake)
 
     async def do_rebalance(self) -> None:
         for c in list(self.consumer_table.values()):

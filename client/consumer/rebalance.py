@@ -34,7 +34,7 @@ from ..validators import RETRY_GROUP_TOPIC_PREFIX
 from .allocate import AllocateMessageQueueStrategy
 from .listener import ConsumeFromWhere, ConsumeType, MessageModel
 from .offset_store import OffsetStore, ReadOffsetType
-from .process_queue import ProcessQueue
+from .process_queue import ProcessQueue, now_ms
 from .pull_service import PullRequest
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 UNLOCK_DELAY_TIME_MS = 20_000
+REBALANCE_RETRY_S = 0.5  # upstream's rebalanceLater(500) after a queue could not be locked
 
 __all__ = [
     "RebalanceImpl",
@@ -175,8 +176,6 @@ class RebalanceImpl:
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.topic_subscribe_info_table: dict[str, set[MessageQueue]] = {}
         self.subscription_inner: dict[str, SubscriptionData] = {}
-        # Dropped orderly queues whose broker lock is released later (RebalancePushImpl._unlock_delay).
-        self.unlock_pending: dict[MessageQueue, ProcessQueue] = {}
         self._lock = asyncio.Lock()
         self._stopped = False
         self.rebalance_count = 0
@@ -205,7 +204,6 @@ class RebalanceImpl:
             log.warning("lock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
             return False
         for g in granted:
-            self.unlock_pending.pop(g, None)  # taken back: a delayed unlock would release our new lock
             pq = self.process_queue_table.get(g)
             if pq is not None:
                 pq.set_locked(True)
@@ -252,10 +250,7 @@ class RebalanceImpl:
             log.warning("unlock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
 
     async def unlock_all(self, oneway: bool) -> None:
-        """Every queue locked at the brokers: the owned ones and those dropped but not yet unlocked."""
-        held = self.process_queue_table.keys() | self.unlock_pending.keys()
-        self.unlock_pending.clear()
-        for broker, mqs in self._by_broker(sorted(held)).items():
+        for broker, mqs in self._by_broker(list(self.process_queue_table)).items():
             addr = self._master(broker)
             if addr is None:
                 continue
@@ -356,6 +351,8 @@ class RebalanceImpl:
                     self.process_queue_table.pop(mq, None)
                     changed = True
                     log.info("rebalance_remove_queue", group=self.consumer_group, mq=str(mq))
+                else:  # (an orderly queue whose listener call still runs: released on a retry)
+                    self.instance.rebalance_later(REBALANCE_RETRY_S)
             elif pq.is_pull_expired() and self.consume_type() is ConsumeType.CONSUME_PASSIVELY:
                 pq.dropped = True
                 self.on_process_queue_dropped(mq, pq)
@@ -373,6 +370,7 @@ class RebalanceImpl:
                 self.process_queue_table.pop(mq, None)
             if is_order and not await self.lock(mq):
                 log.warning("rebalance_add_queue_lock_failed", group=self.consumer_group, mq=str(mq))
+                self.instance.rebalance_later(REBALANCE_RETRY_S)  # (its last owner releases it soon)
                 continue
             self.remove_dirty_offset(mq)
             pq = ProcessQueue()
@@ -462,37 +460,36 @@ class RebalancePushImpl(RebalanceImpl):
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         store = self.owner.offset_store
         await store.persist(mq)
-        store.remove_offset(mq)
         if self.owner.consume_orderly and self.message_model is MessageModel.CLUSTERING:
-            lock = pq.consume_lock
+            return await self._try_remove_order_message_queue(mq, pq)
+        store.remove_offset(mq)
+        return True
+
+    async def _try_remove_order_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Unlock a dropped orderly queue at the broker as soon as no listener call holds it, as upstream's
+        client does since 5.x (4.x waited another 20 s when the queue still cached messages, so the next
+        owner idled that long). A call that keeps it past UNLOCK_DELAY_TIME_MS after our last lock does
+        not hold it any longer. False: still busy; the rebalance is retried in REBALANCE_RETRY_S."""
+        force = pq.dropped and now_ms() > pq.last_lock_timestamp + UNLOCK_DELAY_TIME_MS
+        lock = pq.consume_lock
+        if not force:
             try:
-                async with asyncio.timeout(1.0):
+                async with asyncio.timeout(0.5):
                     await lock.acquire()
             except TimeoutError:
                 pq.try_unlock_times += 1
                 log.warning("unlock_queue_busy_consuming", mq=str(mq), try_unlock_times=pq.try_unlock_times)
                 return False
-            try:
-                self._unlock_delay(mq, pq)
-            finally:
-                lock.release()
-        return True
-
-    def _unlock_delay(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        # Until it runs the broker lock is still ours: unlock_all (at shutdown) releases it too.
-        self.unlock_pending[mq] = pq
-        delay_ms = 0
-        if pq.has_temp_message():
-            delay_ms = UNLOCK_DELAY_TIME_MS
-            log.info("unlock_delay", mq=str(mq), delay_ms=delay_ms)
-
-        async def unlock_later() -> None:
-            if self.unlock_pending.get(mq) is not pq:  # locked again since (see lock), or released
-                return
-            del self.unlock_pending[mq]
+        try:
+            store = self.owner.offset_store
+            await store.persist(mq)  # (again: what the call just finished committed)
+            store.remove_offset(mq)
+            pq.set_locked(False)
             await self.unlock(mq, True)
-
-        self.owner.execute_task_later(unlock_later, delay_ms / 1000)
+            return True
+        finally:
+            if not force:
+                lock.release()
 
     def consume_type(self) -> ConsumeType:
         return ConsumeType.CONSUME_PASSIVELY

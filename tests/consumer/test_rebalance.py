@@ -4,6 +4,7 @@ joins or leaves; no message is lost across the switch."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import time
 from collections.abc import Callable
@@ -243,46 +244,56 @@ async def test_orderly_members_leaving_back_to_back_leave_no_queue_locked(
             await c3.shutdown()
 
 
-async def test_orderly_queue_dropped_with_messages_in_hand_is_unlocked_when_its_member_leaves(
+async def test_orderly_queue_dropped_with_messages_in_hand_is_handed_over_at_once(
     mq_cluster: ConsumerCluster, names: Callable[[str], str]
 ) -> None:
-    """A member dropping a queue that still holds pulled messages unlocks it only 20 s later (as Java
-    does, so the next owner does not race the messages in hand). If that member shuts down first, its
-    shutdown unlocks those queues too: the survivor owns them at once, not after the 60 s lock expiry."""
+    """A member dropping queues that still cache pulled messages unlocks them at the broker as soon as
+    no listener call holds them (upstream's client since 5.x; 4.x waited 20 s more), so the newcomer
+    consumes them at once, in order, from the committed offset."""
     topic, group = names("T"), names("G")
     queues = await create_topic(mq_cluster, topic, 8)
     await send_to_queues(mq_cluster.namesrv_addr, queues, 40)  # a backlog: c1's queues hold messages
+    seen: dict[str, list[int]] = collections.defaultdict(list)
 
     async def slow(msgs, ctx):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.05)
+        for m in msgs:
+            seen[f"{ctx.message_queue.queue_id}"].append(m.queue_offset)
         return ConsumeOrderlyStatus.SUCCESS
 
     c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"slow-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
     c1.subscribe(topic, "*")
     c1.register_orderly_listener(slow)
-    c2 = orderly_member(mq_cluster, group, topic, "c2")
+    c2 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"c2-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c2.subscribe(topic, "*")
+    c2.register_orderly_listener(slow)
     await c1.start()
     try:
         await wait_until(lambda: owns_locked(c1, queues), NOTIFY_BOUND_S, "c1 locking every queue")
+        await asyncio.sleep(0.3)  # c1 is consuming: its queues cache most of the backlog
+        assert all(c1.process_queue_table()[q].has_temp_message() for q in queues)
         await c2.start()
-        await wait_until(lambda: len(mine(c1, topic)) == 4, NOTIFY_BOUND_S, "c1 dropping half of its queues")
-        dropped = set(queues) - mine(c1, topic)
-        await asyncio.sleep(1.0)
-        assert not owns_locked(c2, list(dropped))  # still c1's at the broker: the 20 s delay runs
+        try:
+            await wait_until(lambda: len(mine(c1, topic)) == 4, NOTIFY_BOUND_S, "c1 dropping half of its queues")
+            dropped = set(queues) - mine(c1, topic)
+            await wait_until(lambda: owns_locked(c2, list(dropped)), NOTIFY_BOUND_S, "c2 locking the dropped queues")
+            await wait_until(lambda: sum(len(set(v)) for v in seen.values()) == 8 * 40, 30, "every message")
+            for q, offsets in seen.items():
+                assert sorted(set(offsets)) == list(range(40)), q
+                firsts = [o for i, o in enumerate(offsets) if o not in offsets[:i]]
+                assert firsts == list(range(40)), q  # in order across the hand-over
+        finally:
+            await c2.shutdown()
     finally:
         await c1.shutdown()
-    try:
-        await wait_until(lambda: owns_locked(c2, queues), NOTIFY_BOUND_S, "c2 locking every queue after c1 left")
-    finally:
-        await c2.shutdown()
 
 
 async def test_orderly_queue_taken_back_before_its_delayed_unlock_stays_locked(
     mq_cluster: ConsumerCluster, names: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A queue dropped with messages in hand and taken back before its delayed unlock runs is locked
-    again by its owner: the stale unlock must not release that new lock (another member could then
-    lock the queue while its owner goes on consuming it)."""
+    """A queue dropped with messages in hand and taken back soon after is locked again by its owner,
+    and stays locked past UNLOCK_DELAY_TIME_MS: nothing left over from the drop (4.x's delayed unlock)
+    may release the new lock, or another member could lock the queue while its owner consumes it."""
     monkeypatch.setattr(rebalance_module, "UNLOCK_DELAY_TIME_MS", 1500)
     topic, group = names("T"), names("G")
     queues = await create_topic(mq_cluster, topic, 8)
@@ -310,5 +321,41 @@ async def test_orderly_queue_taken_back_before_its_delayed_unlock_stays_locked(
             mq_cluster.brokers["broker-a"], group, "probe@not-a-member", queues, timeout_ms=3000
         )
         assert probe == set(), "a queue c1 holds was unlocked behind its back"
+    finally:
+        await c1.shutdown()
+
+
+async def test_orderly_queue_busy_in_a_listener_call_is_released_when_the_call_ends(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """A dropped orderly queue whose listener call outlasts the rebalance's wait (0.5 s) stays locked;
+    the rebalance retries soon, so the queue changes hands when the call ends, not at the next 20 s
+    round."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 4)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 2)
+    calls: dict[int, int] = collections.Counter()
+
+    async def long_first_call(msgs, ctx):  # type: ignore[no-untyped-def]
+        calls[ctx.message_queue.queue_id] += 1
+        if calls[ctx.message_queue.queue_id] == 1:
+            await asyncio.sleep(3.0)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"long-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    c1.subscribe(topic, "*")
+    c1.register_orderly_listener(long_first_call)
+    c2 = orderly_member(mq_cluster, group, topic, "c2")
+    await c1.start()
+    try:
+        await wait_until(lambda: len(calls) == 4, NOTIFY_BOUND_S, "a listener call running on every queue")
+        started = time.monotonic()
+        await c2.start()
+        try:
+            await wait_until(lambda: len(mine(c2, topic)) == 2 and owns_locked(c2, list(mine(c2, topic))), 8.0,
+                             "c2 locking its half once c1's calls end")
+            assert time.monotonic() - started > 2.0  # not before the calls ended
+        finally:
+            await c2.shutdown()
     finally:
         await c1.shutdown()
