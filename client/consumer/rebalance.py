@@ -459,13 +459,14 @@ class RebalancePushImpl(RebalanceImpl):
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         store = self.owner.offset_store
-        await store.persist(mq)
+        await store.persist(mq)  # (pq is dropped: a listener call still running commits nothing more)
         if self.owner.consume_orderly and self.message_model is MessageModel.CLUSTERING:
-            return await self._try_remove_order_message_queue(mq, pq)
+            if not await self._unlock_when_not_consuming(mq, pq):
+                return False
         store.remove_offset(mq)
         return True
 
-    async def _try_remove_order_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+    async def _unlock_when_not_consuming(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Unlock a dropped orderly queue at the broker as soon as no listener call holds it, as upstream's
         client does since 5.x (4.x waited another 20 s when the queue still cached messages, so the next
         owner idled that long). A call that keeps it past UNLOCK_DELAY_TIME_MS after our last lock does
@@ -481,9 +482,6 @@ class RebalancePushImpl(RebalanceImpl):
                 log.warning("unlock_queue_busy_consuming", mq=str(mq), try_unlock_times=pq.try_unlock_times)
                 return False
         try:
-            store = self.owner.offset_store
-            await store.persist(mq)  # (again: what the call just finished committed)
-            store.remove_offset(mq)
             pq.set_locked(False)
             await self.unlock(mq, True)
             return True
