@@ -99,6 +99,7 @@ class _QueueState:
     pq: ProcessQueue
     pull_offset: int  # next offset to pull (-1 = not known yet)
     consume_offset: int = -1  # offset after the last message poll() returned
+    handed_before: int = -1  # consume_offset before the last batch poll() returned (maybe still in use)
     paused: bool = False
     generation: int = 0
     # Found by a pull, body not decoded yet (_defer_found): at most this many messages / bytes, from
@@ -258,6 +259,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         dropped = []
         for mq, st in list(self._queues.items()):
             if mq not in wanted:
+                self._keep_polled(st)
                 self._drop_queue(mq, st)
                 dropped.append(mq)
         for mq in sorted(wanted - set(self._queues)):
@@ -402,6 +404,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
     def on_process_queue_dropped(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         st = self._queues.get(mq)
         if st is not None and st.pq is pq:
+            self._keep_polled(st)  # (the rebalance persists the queue's offset next)
             self._drop_queue(mq, st)
 
     def _drop_queue(self, mq: MessageQueue, st: _QueueState) -> None:
@@ -556,6 +559,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
         self._purge_ready(st)
         st.pull_offset = offset
         st.consume_offset = offset
+        st.handed_before = -1  # (what polls returned before a seek is not what the queue resumes after)
         req = PullRequest(self._group, st.mq, st.pq, offset)
         if delay_s > 0:
             self.pull_service.execute_pull_request_later(req, delay_s)
@@ -677,7 +681,15 @@ class LitePullConsumer(SubscriptionInfoHooks):
         """A batch was handed out: the queue's consumed offset moves past it."""
         offset = st.pq.remove_messages(msgs)
         if offset >= 0:
+            st.handed_before = st.consume_offset
             st.consume_offset = offset
+
+    def _keep_polled(self, st: _QueueState) -> None:
+        """Auto-commit, a queue leaving this consumer: commit what earlier polls returned from it (not its
+        last batch, which the application may still hold), so its next owner does not read again up to
+        auto_commit_interval_millis of it. Persisted with the queue's other offsets as it goes."""
+        if self.auto_commit and st.handed_before >= 0:
+            self.offset_store.update_offset(st.mq, st.handed_before, True)
 
     # ------------------------------------------------------------------ poll from other threads
     def enable_blocking_poll(self) -> None:

@@ -293,3 +293,54 @@ async def test_flow_control_resumes_pulling_once_polls_take_the_cache_down(
         assert most <= 48 + 16
     finally:
         await c.shutdown()
+
+
+async def test_auto_commit_a_queue_leaving_keeps_what_earlier_polls_returned(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """With auto-commit, a queue taken away (by a rebalance, or by assign) keeps what earlier polls returned
+    from it: its next owner re-reads at most the last batch (the application may still hold it), not
+    everything since the last auto-commit (up to auto_commit_interval_millis of messages, as upstream's
+    client does)."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 4)
+    sent = await send_to_queues(mq_cluster.namesrv_addr, queues, 20)
+    batch = 4
+
+    def member(name: str, group: str) -> LitePullConsumer:
+        return LitePullConsumer(
+            group, mq_cluster.namesrv_addr, instance_name=f"{name}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+            pull_batch_size=batch,
+        )
+
+    async def committed_at_least(mqs: list[MessageQueue], offset: int) -> bool:
+        for q in mqs:
+            if (await broker_committed(mq_cluster, c.consumer_group, q) or 0) < offset:
+                return False
+        return True
+
+    # A rebalance: a second member joins, the first polled everything well within the 5 s interval.
+    c, c2 = member("l1", group), member("l2", group)
+    c.subscribe(topic, "*")
+    c2.subscribe(topic, "*")
+    try:
+        await c.start()
+        await poll_until(c, len(sent))
+        await c2.start()
+        await wait_until(lambda: len(c.assignment()) == 2 and len(c2.assignment()) == 2, 10, "a 2/2 split")
+        moved = sorted(set(queues) - set(c.assignment()))
+        await wait_until(lambda: committed_at_least(moved, 20 - batch), 4, "the moved queues' polled offsets")
+    finally:
+        await c2.shutdown()
+        await c.shutdown()
+
+    # assign: the queues a new assignment leaves out.
+    c = member("l3", names("H"))
+    c.assign(queues)
+    try:
+        await c.start()
+        await poll_until(c, len(sent))
+        c.assign(queues[:2])
+        await wait_until(lambda: committed_at_least(queues[2:], 20 - batch), 4, "the unassigned queues' polled offsets")
+    finally:
+        await c.shutdown()
