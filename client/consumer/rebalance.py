@@ -173,6 +173,7 @@ class RebalanceImpl:
         self.allocate_message_queue_strategy = strategy
         self.instance = instance
         self.owner = owner
+        self.log = log.bind(group=group, client_id=instance.client_id)  # (one process may run several members)
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self.topic_subscribe_info_table: dict[str, set[MessageQueue]] = {}
         self.subscription_inner: dict[str, SubscriptionData] = {}
@@ -201,14 +202,14 @@ class RebalanceImpl:
                 addr, self.consumer_group, self.instance.client_id, [mq], timeout_ms=1000
             )
         except (RemotingError, MQBrokerError) as e:
-            log.warning("lock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
+            self.log.warning("lock_batch_mq_failed", mq=str(mq), error=str(e))
             return False
         for g in granted:
             pq = self.process_queue_table.get(g)
             if pq is not None:
                 pq.set_locked(True)
         ok = mq in granted
-        log.info("message_queue_lock", ok=ok, group=self.consumer_group, mq=str(mq))
+        self.log.info("message_queue_lock", ok=ok, mq=str(mq))
         return ok
 
     async def lock_all(self) -> None:
@@ -222,7 +223,7 @@ class RebalanceImpl:
                     addr, self.consumer_group, self.instance.client_id, mqs, timeout_ms=1000
                 )
             except (RemotingError, MQBrokerError) as e:
-                log.warning("lock_batch_mq_failed", group=self.consumer_group, broker=broker, error=str(e))
+                self.log.warning("lock_batch_mq_failed", broker=broker, error=str(e))
                 continue
             for mq in mqs:
                 pq = self.process_queue_table.get(mq)
@@ -230,11 +231,11 @@ class RebalanceImpl:
                     continue
                 if mq in granted:
                     if not pq.locked:
-                        log.info("message_queue_locked", group=self.consumer_group, mq=str(mq))
+                        self.log.info("message_queue_locked", mq=str(mq))
                     pq.set_locked(True)
                 else:
                     if pq.locked:
-                        log.warning("message_queue_lock_lost", group=self.consumer_group, mq=str(mq))
+                        self.log.warning("message_queue_lock_lost", mq=str(mq))
                     pq.set_locked(False)
 
     async def unlock(self, mq: MessageQueue, oneway: bool) -> None:
@@ -245,9 +246,9 @@ class RebalanceImpl:
             await self.instance.api.unlock_batch_mq(
                 addr, self.consumer_group, self.instance.client_id, [mq], oneway=oneway, timeout_ms=1000
             )
-            log.info("message_queue_unlocked", group=self.consumer_group, mq=str(mq))
+            self.log.info("message_queue_unlocked", mq=str(mq))
         except (RemotingError, MQBrokerError) as e:
-            log.warning("unlock_batch_mq_failed", group=self.consumer_group, mq=str(mq), error=str(e))
+            self.log.warning("unlock_batch_mq_failed", mq=str(mq), error=str(e))
 
     async def unlock_all(self, oneway: bool) -> None:
         for broker, mqs in self._by_broker(list(self.process_queue_table)).items():
@@ -259,7 +260,7 @@ class RebalanceImpl:
                     addr, self.consumer_group, self.instance.client_id, mqs, oneway=oneway, timeout_ms=1000
                 )
             except (RemotingError, MQBrokerError) as e:
-                log.warning("unlock_batch_mq_failed", group=self.consumer_group, broker=broker, error=str(e))
+                self.log.warning("unlock_batch_mq_failed", broker=broker, error=str(e))
                 continue
             for mq in mqs:
                 pq = self.process_queue_table.get(mq)
@@ -277,7 +278,7 @@ class RebalanceImpl:
                     await self.rebalance_by_topic(topic, is_order)
                 except (RemotingError, MQBrokerError, MQClientError) as e:
                     if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                        log.warning("rebalance_by_topic_failed", group=self.consumer_group, topic=topic, error=str(e))
+                        self.log.warning("rebalance_by_topic_failed", topic=topic, error=str(e))
             await self.truncate_message_queue_not_my_topic()
 
     async def _subscribe_info(self, topic: str) -> set[MessageQueue] | None:
@@ -293,7 +294,7 @@ class RebalanceImpl:
         mq_set = await self._subscribe_info(topic)
         if self.message_model is MessageModel.BROADCASTING:
             if mq_set is None:
-                log.debug("rebalance_topic_not_exist", group=self.consumer_group, topic=topic)
+                self.log.debug("rebalance_topic_not_exist", topic=topic)
                 return
             if await self.update_process_queue_table_in_rebalance(topic, set(mq_set), is_order):
                 await self.message_queue_changed(topic, set(mq_set), set(mq_set))
@@ -301,10 +302,10 @@ class RebalanceImpl:
         cid_all = await self.instance.find_consumer_id_list(topic, self.consumer_group)
         if mq_set is None:
             if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                log.warning("rebalance_topic_not_exist", group=self.consumer_group, topic=topic)
+                self.log.warning("rebalance_topic_not_exist", topic=topic)
             return
         if not cid_all:
-            log.warning("rebalance_no_consumer_ids", group=self.consumer_group, topic=topic)
+            self.log.warning("rebalance_no_consumer_ids", topic=topic)
             return
         mq_all = sorted(mq_set)
         cids = sorted(cid_all)
@@ -312,16 +313,14 @@ class RebalanceImpl:
         try:
             result = strategy.allocate(self.consumer_group, self.instance.client_id, mq_all, cids)
         except Exception as e:  # a user strategy must not kill the rebalance loop
-            log.error("allocate_failed", strategy=getattr(strategy, "name", "?"), error=f"{type(e).__name__}: {e}")
+            self.log.error("allocate_failed", strategy=getattr(strategy, "name", "?"), error=f"{type(e).__name__}: {e}")
             return
         allocated = set(result or [])
         if await self.update_process_queue_table_in_rebalance(topic, allocated, is_order):
-            log.info(
+            self.log.info(
                 "rebalance_result_changed",
                 strategy=getattr(strategy, "name", type(strategy).__name__),
-                group=self.consumer_group,
                 topic=topic,
-                client_id=self.instance.client_id,
                 mq_all=len(mq_set),
                 cid_all=len(cids),
                 result=sorted(f"{m.broker_name}:{m.queue_id}" for m in allocated),
@@ -335,7 +334,7 @@ class RebalanceImpl:
                 if pq is not None:
                     pq.dropped = True
                     self.on_process_queue_dropped(mq, pq)
-                    log.info("rebalance_truncate_queue", group=self.consumer_group, mq=str(mq))
+                    self.log.info("rebalance_truncate_queue", mq=str(mq))
 
     async def update_process_queue_table_in_rebalance(
         self, topic: str, mq_set: set[MessageQueue], is_order: bool
@@ -350,7 +349,7 @@ class RebalanceImpl:
                 if await self.remove_unnecessary_message_queue(mq, pq):
                     self.process_queue_table.pop(mq, None)
                     changed = True
-                    log.info("rebalance_remove_queue", group=self.consumer_group, mq=str(mq))
+                    self.log.info("rebalance_remove_queue", mq=str(mq))
                 else:  # (an orderly queue whose listener call still runs: released on a retry)
                     self.instance.rebalance_later(REBALANCE_RETRY_S)
             elif pq.is_pull_expired() and self.consume_type() is ConsumeType.CONSUME_PASSIVELY:
@@ -359,7 +358,7 @@ class RebalanceImpl:
                 if await self.remove_unnecessary_message_queue(mq, pq):
                     self.process_queue_table.pop(mq, None)
                     changed = True
-                    log.error("rebalance_remove_stalled_queue", group=self.consumer_group, mq=str(mq))
+                    self.log.error("rebalance_remove_stalled_queue", mq=str(mq))
 
         requests: list[PullRequest] = []
         for mq in sorted(mq_set):
@@ -369,7 +368,7 @@ class RebalanceImpl:
             if cur is not None:  # dropped earlier but not released (orderly lock busy); ours again
                 self.process_queue_table.pop(mq, None)
             if is_order and not await self.lock(mq):
-                log.warning("rebalance_add_queue_lock_failed", group=self.consumer_group, mq=str(mq))
+                self.log.warning("rebalance_add_queue_lock_failed", mq=str(mq))
                 self.instance.rebalance_later(REBALANCE_RETRY_S)  # (its last owner releases it soon)
                 continue
             self.remove_dirty_offset(mq)
@@ -379,17 +378,17 @@ class RebalanceImpl:
             try:
                 next_offset = await self.compute_pull_from_where(mq)
             except (RemotingError, MQBrokerError, MQClientError) as e:
-                log.info("rebalance_compute_offset_failed", group=self.consumer_group, mq=str(mq), error=str(e))
+                self.log.info("rebalance_compute_offset_failed", mq=str(mq), error=str(e))
                 continue
             if next_offset < 0:
-                log.warning("rebalance_add_queue_failed", group=self.consumer_group, mq=str(mq))
+                self.log.warning("rebalance_add_queue_failed", mq=str(mq))
                 continue
             if mq in self.process_queue_table:
                 continue
             self.process_queue_table[mq] = pq
             requests.append(PullRequest(self.consumer_group, mq, pq, next_offset))
             changed = True
-            log.info("rebalance_add_queue", group=self.consumer_group, mq=str(mq), offset=next_offset)
+            self.log.info("rebalance_add_queue", mq=str(mq), offset=next_offset)
         self.dispatch_pull_request(requests)
         return changed
 
@@ -400,7 +399,7 @@ class RebalanceImpl:
             pq.dropped = True
             self.on_process_queue_dropped(mq, pq)
             await self.remove_unnecessary_message_queue(mq, pq)
-            log.info("rebalance_fix_offset_remove_queue", group=self.consumer_group, mq=str(mq), dropped=was)
+            self.log.info("rebalance_fix_offset_remove_queue", mq=str(mq), dropped=was)
 
     async def stop(self) -> None:
         """No rebalance starts after this; waits for one under way (its requests have timeouts). A
@@ -479,7 +478,7 @@ class RebalancePushImpl(RebalanceImpl):
                     await lock.acquire()
             except TimeoutError:
                 pq.try_unlock_times += 1
-                log.warning("unlock_queue_busy_consuming", mq=str(mq), try_unlock_times=pq.try_unlock_times)
+                self.log.warning("unlock_queue_busy_consuming", mq=str(mq), try_unlock_times=pq.try_unlock_times)
                 return False
         try:
             pq.set_locked(False)
