@@ -781,7 +781,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 pq.make_message_to_consume_again(stopper)  # out of the commit of the batches before it
             offset = pq.commit()
             self.consume_ok += sum(map(len, batches[:ok]))
-            if offset >= 0 and not pq.dropped:
+            if offset >= 0 and (not pq.dropped or pq.releasing):
                 self.consumer.offset_store.update_offset(mq, offset, False)
             if stopper is not None:
                 stopper = pq.take_messages(len(stopper))  # the same messages: the lowest offsets cached
@@ -869,7 +869,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                     pq.make_message_to_consume_again(again)
                     self._submit_later(pq, mq, context.suspend_current_queue_time_millis)
                     continue_consume = False
-        if commit_offset >= 0 and not pq.dropped:
+        if commit_offset >= 0 and (not pq.dropped or pq.releasing):
             self.consumer.offset_store.update_offset(mq, commit_offset, False)
         return continue_consume
 

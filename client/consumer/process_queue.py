@@ -58,6 +58,9 @@ class ProcessQueue:
         self.msg_count_high_watermark = 0
         self.queue_offset_max = 0
         self.dropped = False
+        # Orderly, dropped by a rebalance that unlocks it at the broker once no listener call holds it:
+        # until then the lock is still ours, so the call in flight commits what it consumed.
+        self.releasing = False
         self.locked = False
         self.last_lock_timestamp = now_ms()
         self.last_pull_timestamp = now_ms()

@@ -458,18 +458,22 @@ class RebalancePushImpl(RebalanceImpl):
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         store = self.owner.offset_store
-        await store.persist(mq)  # (pq is dropped: a listener call still running commits nothing more)
         if self.owner.consume_orderly and self.message_model is MessageModel.CLUSTERING:
+            pq.releasing = True  # (set with pq.dropped, before any await: see ProcessQueue.releasing)
+            await store.persist(mq)
             if not await self._unlock_when_not_consuming(mq, pq):
                 return False
+        else:
+            await store.persist(mq)  # (pq is dropped: a listener call still running commits nothing more)
         store.remove_offset(mq)
         return True
 
     async def _unlock_when_not_consuming(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Unlock a dropped orderly queue at the broker as soon as no listener call holds it, as upstream's
         client does since 5.x (4.x waited another 20 s when the queue still cached messages, so the next
-        owner idled that long). A call that keeps it past UNLOCK_DELAY_TIME_MS after our last lock does
-        not hold it any longer. False: still busy; the rebalance is retried in REBALANCE_RETRY_S."""
+        owner idled that long), with what the call in flight committed persisted first. A call that keeps
+        it past UNLOCK_DELAY_TIME_MS after our last lock does not hold it any longer (nor commits). False:
+        still busy; the rebalance is retried in REBALANCE_RETRY_S."""
         force = pq.dropped and now_ms() > pq.last_lock_timestamp + UNLOCK_DELAY_TIME_MS
         lock = pq.consume_lock
         if not force:
@@ -481,6 +485,8 @@ class RebalancePushImpl(RebalanceImpl):
                 self.log.warning("unlock_queue_busy_consuming", mq=str(mq), try_unlock_times=pq.try_unlock_times)
                 return False
         try:
+            pq.releasing = False
+            await self.owner.offset_store.persist(mq)  # what the call that just ended committed
             pq.set_locked(False)
             await self.unlock(mq, True)
             return True

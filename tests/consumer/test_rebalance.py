@@ -359,3 +359,47 @@ async def test_orderly_queue_busy_in_a_listener_call_is_released_when_the_call_e
             await c2.shutdown()
     finally:
         await c1.shutdown()
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["async", "plain"])
+async def test_orderly_hand_over_does_not_repeat_the_call_in_flight(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str], plain: bool
+) -> None:
+    """A queue dropped while its listener call runs is released once the call returns: the call's
+    success is committed with it, so the next owner starts after it instead of consuming it again."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 4)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 12)
+    consumed: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)  # member -> (queue, offset)
+
+    def record(name: str, msgs, ctx) -> ConsumeOrderlyStatus:  # type: ignore[no-untyped-def]
+        consumed[name].extend((ctx.message_queue.queue_id, m.queue_offset) for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    def slow_member(name: str) -> PushConsumer:
+        def blocking(msgs, ctx):  # type: ignore[no-untyped-def]
+            time.sleep(0.2)
+            return record(name, msgs, ctx)
+
+        async def coroutine(msgs, ctx):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.2)
+            return record(name, msgs, ctx)
+
+        c = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"{name}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+        c.subscribe(topic, "*")
+        c.register_orderly_listener(blocking if plain else coroutine)
+        return c
+
+    c1, c2 = slow_member("c1"), slow_member("c2")
+    await c1.start()
+    try:
+        await wait_until(lambda: len({q for q, _ in consumed["c1"]}) == 4, NOTIFY_BOUND_S, "c1 consuming every queue")
+        await c2.start()
+        try:
+            await wait_until(lambda: len({q for q, _ in consumed["c2"]}) == 2, NOTIFY_BOUND_S, "c2 consuming its half")
+            await wait_until(lambda: len(set(consumed["c1"]) | set(consumed["c2"])) == 48, 20, "every message")
+        finally:
+            await c2.shutdown()
+    finally:
+        await c1.shutdown()
+    assert not set(consumed["c1"]) & set(consumed["c2"])
