@@ -197,10 +197,13 @@ async def test_by_config_and_by_machine_room(mq_cluster: ConsumerCluster, names:
             await c.shutdown()
 
 
-def orderly_member(cluster: ConsumerCluster, group: str, topic: str, name: str) -> PushConsumer:
-    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
-        return ConsumeOrderlyStatus.SUCCESS
+async def consume_at_once(msgs, ctx) -> ConsumeOrderlyStatus:  # type: ignore[no-untyped-def]
+    return ConsumeOrderlyStatus.SUCCESS
 
+
+def orderly_member(
+    cluster: ConsumerCluster, group: str, topic: str, name: str, listener: Callable[..., object] = consume_at_once
+) -> PushConsumer:
     c = PushConsumer(group, cluster.namesrv_addr, instance_name=f"{name}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
     c.subscribe(topic, "*")
     c.register_orderly_listener(listener)
@@ -261,12 +264,8 @@ async def test_orderly_queue_dropped_with_messages_in_hand_is_handed_over_at_onc
             seen[f"{ctx.message_queue.queue_id}"].append(m.queue_offset)
         return ConsumeOrderlyStatus.SUCCESS
 
-    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"slow-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-    c1.subscribe(topic, "*")
-    c1.register_orderly_listener(slow)
-    c2 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"c2-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-    c2.subscribe(topic, "*")
-    c2.register_orderly_listener(slow)
+    c1 = orderly_member(mq_cluster, group, topic, "slow", slow)
+    c2 = orderly_member(mq_cluster, group, topic, "c2", slow)
     await c1.start()
     try:
         await wait_until(lambda: owns_locked(c1, queues), NOTIFY_BOUND_S, "c1 locking every queue")
@@ -303,9 +302,7 @@ async def test_orderly_queue_taken_back_before_its_delayed_unlock_stays_locked(
         await asyncio.sleep(0.05)
         return ConsumeOrderlyStatus.SUCCESS
 
-    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"slow-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-    c1.subscribe(topic, "*")
-    c1.register_orderly_listener(slow)
+    c1 = orderly_member(mq_cluster, group, topic, "slow", slow)
     c2 = orderly_member(mq_cluster, group, topic, "c2")
     await c1.start()
     try:
@@ -342,9 +339,7 @@ async def test_orderly_queue_busy_in_a_listener_call_is_released_when_the_call_e
             await asyncio.sleep(3.0)
         return ConsumeOrderlyStatus.SUCCESS
 
-    c1 = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"long-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-    c1.subscribe(topic, "*")
-    c1.register_orderly_listener(long_first_call)
+    c1 = orderly_member(mq_cluster, group, topic, "long", long_first_call)
     c2 = orderly_member(mq_cluster, group, topic, "c2")
     await c1.start()
     try:
@@ -385,10 +380,7 @@ async def test_orderly_hand_over_does_not_repeat_the_call_in_flight(
             await asyncio.sleep(0.2)
             return record(name, msgs, ctx)
 
-        c = PushConsumer(group, mq_cluster.namesrv_addr, instance_name=f"{name}-{group}", consume_from_where="CONSUME_FROM_FIRST_OFFSET")
-        c.subscribe(topic, "*")
-        c.register_orderly_listener(blocking if plain else coroutine)
-        return c
+        return orderly_member(mq_cluster, group, topic, name, blocking if plain else coroutine)
 
     c1, c2 = slow_member("c1"), slow_member("c2")
     await c1.start()
