@@ -472,6 +472,7 @@ class PushConsumer(SubscriptionInfoHooks):
             dropped = [(mq, pq) for mq, pq in self.rebalance.process_queue_table.items() if mq.topic == topic]
             for mq, pq in dropped:
                 pq.dropped = True
+                pq.releasing = False  # (a call in flight must not commit over the reset)
                 self.on_process_queue_dropped(mq, pq)
                 pq.clear()
             for mq, off in offset_table.items():
