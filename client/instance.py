@@ -343,15 +343,35 @@ class MQClientInstance:
         return route.broker_datas[0].select_broker_addr()
 
     async def find_consumer_id_list(self, topic: str, group: str) -> list[str]:
-        """Client ids of the group's consumers, asked of a broker of `topic` (Java's findConsumerIdList)."""
-        addr = self.find_broker_addr_by_topic(topic)
-        if addr is None:
+        """Client ids of the group's consumers: the union of what every broker of `topic` knows. Java's
+        findConsumerIdList asks one broker, and one that has just restarted knows only the members whose
+        heartbeat already reached it, so each of those took every queue and consumed the others' too
+        until the rest had heartbeated. A broker that fails to answer is left out; if none answers,
+        its error is raised."""
+        route = self.topic_route_table.get(topic)
+        if route is None or not route.broker_datas:
             with contextlib.suppress(TopicNotExistError):
                 await self.update_topic_route_info_from_name_server(topic)
-            addr = self.find_broker_addr_by_topic(topic)
-        if addr is None:
+            route = self.topic_route_table.get(topic)
+        addrs = [a for a in (bd.select_broker_addr() for bd in route.broker_datas) if a] if route else []
+        if not addrs:
             return []
-        return await self.api.get_consumer_id_list_by_group(addr, group, self.config.mq_client_api_timeout)
+        timeout = self.config.mq_client_api_timeout
+        answers = await asyncio.gather(
+            *(self.api.get_consumer_id_list_by_group(a, group, timeout) for a in addrs), return_exceptions=True
+        )
+        ids: set[str] = set()
+        errors = []
+        for a in answers:
+            if isinstance(a, BaseException):
+                if not isinstance(a, Exception):
+                    raise a
+                errors.append(a)
+            else:
+                ids.update(a)
+        if len(errors) == len(answers):
+            raise errors[0]
+        return sorted(ids)
 
     def find_broker_name_by_addr(self, addr: str) -> str | None:
         for name, table in self.broker_addr_table.items():
