@@ -470,6 +470,9 @@ class PushConsumer(SubscriptionInfoHooks):
         self._paused = True
         try:
             dropped = [(mq, pq) for mq, pq in self.rebalance.process_queue_table.items() if mq.topic == topic]
+            # Orderly queues a rebalance dropped but has not released yet (a call still holds them) stay in
+            # the table, so the rebalance's retries still unlock them at the broker when the call ends.
+            releasing = {mq for mq, pq in dropped if pq.releasing}
             for mq, pq in dropped:
                 pq.dropped = True
                 pq.releasing = False  # (a call in flight must not commit over the reset)
@@ -483,7 +486,8 @@ class PushConsumer(SubscriptionInfoHooks):
                     except (MQClientError, MQBrokerError, RemotingError) as e:
                         log.warning("reset_offset_persist_failed", mq=str(mq), error=str(e))
             for mq, _pq in dropped:
-                self.rebalance.process_queue_table.pop(mq, None)
+                if mq not in releasing:
+                    self.rebalance.process_queue_table.pop(mq, None)
         finally:
             self._paused = False
         log.info("reset_offset_done", group=self._group, topic=topic, queues=len(offset_table))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus, PushConsumer
+from client import Admin, ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus, PushConsumer
 from client.consumer import rebalance as rebalance_module
 from client.consumer.allocate import (
     AllocateMessageQueueAveragely,
@@ -395,3 +395,46 @@ async def test_orderly_hand_over_does_not_repeat_the_call_in_flight(
     finally:
         await c1.shutdown()
     assert not set(consumed["c1"]) & set(consumed["c2"])
+
+
+async def test_orderly_reset_while_a_dropped_queue_waits_for_its_call(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
+    """An offset reset arriving while a dropped orderly queue waits for its listener call neither lets the
+    call commit over the reset nor forgets the queue's release: the next owner gets it when the call
+    ends, not after the broker's 60 s lock expiry, and starts at the reset offset."""
+    topic, group = names("T"), names("G")
+    queues = await create_topic(mq_cluster, topic, 4)
+    await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
+    calls: dict[int, int] = collections.Counter()
+    c2_got: list[tuple[int, int]] = []
+
+    async def long_first_call(msgs, ctx):  # type: ignore[no-untyped-def]
+        calls[ctx.message_queue.queue_id] += 1
+        if calls[ctx.message_queue.queue_id] == 1:
+            await asyncio.sleep(3.0)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    async def record(msgs, ctx):  # type: ignore[no-untyped-def]
+        c2_got.extend((ctx.message_queue.queue_id, m.queue_offset) for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    c1 = orderly_member(mq_cluster, group, topic, "long", long_first_call)
+    c2 = orderly_member(mq_cluster, group, topic, "c2", record)
+    admin = Admin(mq_cluster.namesrv_addr)
+    await admin.start()
+    await c1.start()
+    try:
+        await wait_until(lambda: len(calls) == 4, NOTIFY_BOUND_S, "a listener call running on every queue")
+        await c2.start()
+        try:
+            await asyncio.sleep(1.0)  # c1's removal of c2's half waits for the calls
+            await admin.reset_offset_by_time(group, topic, 0)
+            await wait_until(lambda: len({q for q, _ in c2_got}) == 2, 8.0, "c2 consuming its half once c1's calls end")
+            for q in {q for q, _ in c2_got}:
+                assert min(o for qq, o in c2_got if qq == q) == 0, c2_got  # from the reset offset
+        finally:
+            await c2.shutdown()
+    finally:
+        await c1.shutdown()
+        await admin.shutdown()
