@@ -215,6 +215,19 @@ def owns_locked(c: PushConsumer, queues: list[MessageQueue]) -> bool:
     return all(q in pqs and pqs[q].locked for q in queues)
 
 
+def long_first_calls(seconds: float = 3.0) -> tuple[collections.Counter[int], Callable[..., object]]:
+    """An orderly listener whose first call on each queue takes `seconds`, and its calls per queue id."""
+    calls: collections.Counter[int] = collections.Counter()
+
+    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        calls[ctx.message_queue.queue_id] += 1
+        if calls[ctx.message_queue.queue_id] == 1:
+            await asyncio.sleep(seconds)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    return calls, listener
+
+
 async def test_orderly_members_leaving_back_to_back_leave_no_queue_locked(
     mq_cluster: ConsumerCluster, names: Callable[[str], str]
 ) -> None:
@@ -331,14 +344,7 @@ async def test_orderly_queue_busy_in_a_listener_call_is_released_when_the_call_e
     topic, group = names("T"), names("G")
     queues = await create_topic(mq_cluster, topic, 4)
     await send_to_queues(mq_cluster.namesrv_addr, queues, 2)
-    calls: dict[int, int] = collections.Counter()
-
-    async def long_first_call(msgs, ctx):  # type: ignore[no-untyped-def]
-        calls[ctx.message_queue.queue_id] += 1
-        if calls[ctx.message_queue.queue_id] == 1:
-            await asyncio.sleep(3.0)
-        return ConsumeOrderlyStatus.SUCCESS
-
+    calls, long_first_call = long_first_calls()
     c1 = orderly_member(mq_cluster, group, topic, "long", long_first_call)
     c2 = orderly_member(mq_cluster, group, topic, "c2")
     await c1.start()
@@ -406,14 +412,8 @@ async def test_orderly_reset_while_a_dropped_queue_waits_for_its_call(
     topic, group = names("T"), names("G")
     queues = await create_topic(mq_cluster, topic, 4)
     await send_to_queues(mq_cluster.namesrv_addr, queues, 3)
-    calls: dict[int, int] = collections.Counter()
+    calls, long_first_call = long_first_calls()
     c2_got: list[tuple[int, int]] = []
-
-    async def long_first_call(msgs, ctx):  # type: ignore[no-untyped-def]
-        calls[ctx.message_queue.queue_id] += 1
-        if calls[ctx.message_queue.queue_id] == 1:
-            await asyncio.sleep(3.0)
-        return ConsumeOrderlyStatus.SUCCESS
 
     async def record(msgs, ctx):  # type: ignore[no-untyped-def]
         c2_got.extend((ctx.message_queue.queue_id, m.queue_offset) for m in msgs)
