@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .index_service import IndexFile
+
 
 class FlushDiskType(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
@@ -99,9 +101,9 @@ class MessageStoreConfig(BaseModel):
 
     @model_validator(mode="after")
     def _index_file_fits(self) -> MessageStoreConfig:
-        # Java sizes an index file in an int (header, 4 bytes a slot, 20 an entry): beyond 2 GiB it overflows
-        # there; here it would be a file that size made at start.
-        size = 40 + 4 * self.maxHashSlotNum + 20 * self.maxIndexNum
+        # Java sizes an index file in an int: beyond 2 GiB it overflows there; here it would be a file that
+        # size made at start.
+        size = IndexFile.file_size_for(self.maxHashSlotNum, self.maxIndexNum)
         if size > 2**31 - 1:
             raise ValueError(f"keys 'maxHashSlotNum' ({self.maxHashSlotNum}) and 'maxIndexNum' ({self.maxIndexNum}) "
                              f"make an index file of {size} bytes, over 2 GiB")

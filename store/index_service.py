@@ -281,7 +281,7 @@ class IndexFile:
         self.file_name = file_name
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self.file_size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+        self.file_size = self.file_size_for(hash_slot_num, index_num)
         self._fd = fd
         self.mm = mm
         self._entries_pos = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
