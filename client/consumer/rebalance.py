@@ -458,13 +458,12 @@ class RebalancePushImpl(RebalanceImpl):
 
     async def remove_unnecessary_message_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         store = self.owner.offset_store
-        if self.owner.consume_orderly and self.message_model is MessageModel.CLUSTERING:
-            pq.releasing = True  # (set with pq.dropped, before any await: see ProcessQueue.releasing)
-            await store.persist(mq)
-            if not await self._unlock_when_not_consuming(mq, pq):
-                return False
-        else:
-            await store.persist(mq)  # (pq is dropped: a listener call still running commits nothing more)
+        orderly = self.owner.consume_orderly and self.message_model is MessageModel.CLUSTERING
+        if orderly:  # (set with pq.dropped, before any await: see ProcessQueue.releasing)
+            pq.releasing = True
+        await store.persist(mq)  # (otherwise pq is dropped: a listener call still running commits nothing more)
+        if orderly and not await self._unlock_when_not_consuming(mq, pq):
+            return False
         store.remove_offset(mq)
         return True
 
