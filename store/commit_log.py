@@ -77,6 +77,28 @@ _PROP_TAGS = MessageConst.PROPERTY_TAGS
 _CACHE_LIMIT = 4096
 
 
+SECTOR = 512  # what a power cut may leave unwritten within a page: a sector reads as all zeros
+_ZERO_SECTOR = bytes(SECTOR)
+
+
+def _torn_after_body(mv: memoryview, tp: int, pp: int, end: int) -> bool:
+    """Whether a 512-byte sector holding part of the record's topic or properties reads as all zeros: a
+    record a power cut left half written (recovery's check). The body has its CRC; the topic and the
+    properties have none, and a sector of theirs can be lost while the rest of the record is on disk.
+    A valid record cannot look like that: a topic has no zero byte, and properties end with the 0x02
+    separator. (A sector meeting only the properties' length, which is zero for a record without any,
+    is not judged.)"""
+    s = tp - tp % SECTOR
+    props_end = pp + 2
+    limit = len(mv)
+    while s < end:
+        e = min(s + SECTOR, limit)
+        if (s < pp or (e > props_end and end > props_end)) and mv[s:e].tobytes() == _ZERO_SECTOR[: e - s]:
+            return True
+        s += SECTOR
+    return False
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -323,6 +345,9 @@ class CommitLog:
             return -1
         props_len = _I16.unpack_from(mv, pp)[0]
         if props_len < 0 or pp + 2 + props_len != pos + total:  # (layout.record_size, from the positions)
+            return -1
+        last = pos + total - 1  # (the first and the last sector each hold a byte that is never zero)
+        if (topic_len == 0 or mv[last] == 0 or last - tp >= SECTOR) and _torn_after_body(mv, tp, pp, last + 1):
             return -1
         try:
             topic = str(mv[tp + 1 : pp], "utf-8")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remoting.message import BLANK_MAGIC_CODE, MessageExt, decode_message, decode_messages
+from remoting.message import BLANK_MAGIC_CODE, MessageExt, decode_message, decode_messages, encode_properties
 from store.message_store import DefaultMessageStore
 from store.results import GetMessageStatus
 
@@ -276,3 +276,43 @@ async def test_crc_corruption_truncates_on_crash_recovery(tmp_path: Path, childr
     finally:
         await store.shutdown()
     assert not os.path.exists(root / "abort")
+
+
+async def test_record_with_a_lost_sector_after_its_body_is_cut(tmp_path: Path, children: list[Child]) -> None:
+    """A power cut can write a record's body but not the sector holding its properties' end; the body
+    CRC passes, so recovery must see the zero sector (before: the record was kept with its UNIQ_KEY and
+    part of its keys gone)."""
+    root = tmp_path / "store"
+    child = Child(root, "SYNC_FLUSH", 1, limit=300)
+    children.append(child)
+    child.wait_for("READY", 0, 30)
+    child.wait_for("DONE", 0, 60)
+    child.kill()
+    file_size = child_config(str(root), "SYNC_FLUSH").mappedFileSizeCommitLog
+    # The last record whose last sector begins after its body ends: that sector holds only its topic
+    # and properties (and nothing that comes after it is kept, as after a real cut).
+    victim = None
+    for _uniq, _q, _o, phy in sorted(child.acks, key=lambda a: a[3], reverse=True):
+        path = root / "commitlog" / f"{phy // file_size * file_size:020d}"
+        data = path.read_bytes()
+        rec, size = decode_message(memoryview(data)[phy % file_size :])
+        end = phy % file_size + size
+        last_sector = (end - 1) // 512 * 512
+        body_end = end - 2 - len(encode_properties(rec.properties)) - 1 - len(rec.topic.encode())
+        if last_sector >= body_end:
+            victim = (path, phy, last_sector)
+            break
+    assert victim is not None
+    path, victim_phy, last_sector = victim
+    with open(path, "r+b") as f:
+        f.seek(last_sector)
+        f.write(bytes(file_size - last_sector))
+    store = DefaultMessageStore(child_config(str(root), "SYNC_FLUSH"))
+    await store.start()
+    try:
+        assert store.get_commit_log_max_offset() == victim_phy
+        records = scan_commit_log(store)
+        assert all("UNIQ_KEY" in m.properties for m in records)
+        check_consistency(store, records)
+    finally:
+        await store.shutdown()
