@@ -380,7 +380,7 @@ class CommitLog:
             return
         self._recover_from_blocking(max(0, len(files) - 3), max_phy_offset_of_consume_queue, normal=True)
 
-    def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int) -> int:
+    def recover_abnormally_blocking(self, max_phy_offset_of_consume_queue: int, os_crashed: bool = False) -> int:
         """After a crash: start from the newest file whose first record is older than the checkpoint
         and re-validate everything after it (magic, sizes, CRC); cut at the first bad record. Returns
         where the consume queues' replay must start: the first valid record from that file on that its
@@ -388,7 +388,13 @@ class CommitLog:
         every record it reads; only those before the checkpoint are known to be in the queues on disk, but
         one that its queue holds needs nothing (each queue's units follow the log's order), so the
         scan, which reads every record anyway, finds the first one that does instead of a second pass
-        reading them all again (ReputMessageService.do_reput_blocking)."""
+        reading them all again (ReputMessageService.do_reput_blocking).
+
+        `os_crashed`: the OS went down too, so a consume queue unit written after the last flush may be
+        torn (a 20-byte unit can straddle two disk sectors, and one of them be lost: a unit with its tags
+        code zeroed still looks valid, and a consumer filtering by tag would never see its message).
+        Units from the scan's first file on are dropped and dispatched again: those before it were
+        flushed before the checkpoint the scan starts from was written."""
         files = self.mapped_file_queue.mapped_files
         if not files:
             self.mapped_file_queue.flushed_where = 0
@@ -400,6 +406,12 @@ class CommitLog:
                 break
             index -= 1
         index = max(index, 0)
+        if os_crashed:
+            start = files[index].file_from_offset
+            if max_phy_offset_of_consume_queue > start:
+                log.warning("consume_queues_cut_after_os_crash", offset=start)
+                self.store.truncate_dirty_logic_files_blocking(start)
+                max_phy_offset_of_consume_queue = start
         return self._recover_from_blocking(index, max_phy_offset_of_consume_queue, normal=False)
 
     def _is_mapped_file_matched_recover(self, mf: MappedFile) -> bool:

@@ -464,6 +464,7 @@ class FlushConsumeQueueService:
                 last = idx_targets[-1]
                 if store.index_service is not None and store.index_service.index_file_list[-1:] == [last[0]]:
                     cp.index_msg_timestamp = max(cp.index_msg_timestamp, last[2])
+                    cp.index_file = last[0].number  # entries go on into it: after a power cut, rebuilt
         if write_checkpoint:
             await asyncio.get_running_loop().run_in_executor(
                 store.flush_executor, cp.flush_blocking, logics_ts

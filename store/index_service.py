@@ -331,6 +331,11 @@ class IndexFile:
         if not self._closed:
             map_in_huge_pages(self.mm, live)
 
+    @property
+    def number(self) -> int:
+        """The file's name (its creation time, yyyyMMddHHmmssSSS) as a number: files sort by it."""
+        return int(os.path.basename(self.file_name))
+
     @staticmethod
     def file_size_for(hash_slot_num: int, index_num: int) -> int:
         return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
@@ -659,10 +664,14 @@ class IndexService:
         # dispatcher every index_num keys (~4 minutes at 85k msgs/s with the default 20 M).
         self._next: IndexFile | None = None
         self._next_pending = False
+        self._lost_from: int | None = None  # files dropped at load: their records are indexed again from here
 
     # ------------------------------------------------------------------------------ load / recover
 
-    def load_blocking(self) -> None:
+    def load_blocking(self, os_crashed: bool = False, checkpoint_file: int = 0, checkpoint_ts: int = 0) -> None:
+        """Open the index files. `os_crashed`: the OS went down since the store last ran (see
+        _drop_unsynced_blocking); `checkpoint_file`/`checkpoint_ts`: the store checkpoint's index file
+        and index timestamp."""
         _pair_tables()  # built here, at start-up (worker thread): the first keys' dispatch spent ~10 ms on it
         if not os.path.isdir(self.store_path):
             return
@@ -682,6 +691,8 @@ class IndexService:
                 log.error("index_file_load_failed", file=name, error=str(e))
                 continue
             self.index_file_list.append(f)
+        if os_crashed:
+            self._drop_unsynced_blocking(checkpoint_file, checkpoint_ts)
         if self.index_file_list and self.index_file_list[-1].index_count < self.index_num:
             live = self.index_file_list[-1]
             live.set_live(True)  # the one new entries go to
@@ -689,11 +700,43 @@ class IndexService:
             # accesses, each of which read a 2 MiB stretch from disk when the page cache was cold.
             live.populate_blocking(0, live._entries_pos, write=False)
 
+    def _drop_unsynced_blocking(self, checkpoint_file: int, checkpoint_ts: int) -> None:
+        """After the OS went down (a power cut, a kernel crash) rather than only the store's process, an
+        index file written since its last fsync may have lost any of its sectors, its header and slots
+        too, so what it says cannot be trusted. The file the last checkpoint was taken in had entries
+        added after it, and later files were never synced whole: drop them, and have the records they
+        covered indexed again from where the files before them end (truncate_past_blocking returns it).
+        Without a recorded file (a store from before it was recorded) this is RocketMQ's rule: drop the
+        files with entries newer than the checkpoint's index timestamp; without either, all of them.
+        RocketMQ drops them without indexing their records again unless messageIndexSafe is set; keys
+        are looked up by people after an incident, so we index them again."""
+        files = self.index_file_list
+        keep: list[IndexFile] = []
+        if checkpoint_file > 0:
+            keep = [f for f in files if f.number < checkpoint_file]
+        elif checkpoint_ts > 0:
+            for f in files:
+                if f.end_timestamp > checkpoint_ts:
+                    break
+                keep.append(f)
+        dropped = files[len(keep) :]
+        if not dropped:
+            return
+        self._lost_from = keep[-1].end_phy_offset if keep else 0
+        for f in dropped:
+            f.destroy_blocking()
+        self.index_file_list = keep
+        log.warning(
+            "index_files_dropped_after_os_crash",
+            files=[os.path.basename(f.file_name) for f in dropped],
+            reindex_from=self._lost_from,
+        )
+
     def truncate_past_blocking(self, max_phy_offset: int) -> int | None:
         """The commit log now ends at `max_phy_offset`: drop index files holding entries at or past it
         (they would point at records that no longer exist). Returns the commit log offset the index must
-        be rebuilt from, or None when nothing was dropped."""
-        rebuild_from: int | None = None
+        be rebuilt from (or from before, when files were dropped at load), or None when nothing was."""
+        rebuild_from, self._lost_from = self._lost_from, None
         while self.index_file_list:
             f = self.index_file_list[-1]
             if f.end_phy_offset < max_phy_offset:

@@ -68,6 +68,19 @@ _APPEND_PUT_OK = AppendMessageStatus.PUT_OK
 _CQ_UNITS_STRUCTS: dict[int, struct.Struct] = {}
 
 
+def current_boot_id() -> str | None:
+    """The running kernel's boot id (Linux), new at every boot; None where there is none."""
+    return _read_text("/proc/sys/kernel/random/boot_id")
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _cq_units_struct(n: int) -> struct.Struct:
     """A Struct unpacking `n` consume queue units at once (offset, size, tags code, repeated)."""
     st = _CQ_UNITS_STRUCTS.get(n)
@@ -238,13 +251,19 @@ class DefaultMessageStore:
         try:
             abort = cfg.abort_file_path()
             last_exit_ok = not os.path.exists(abort)
-            log.info("message_store_loading", last_exit_ok=last_exit_ok)
-            self.store_checkpoint.load_blocking()
+            boot_id = current_boot_id()
+            # The abort file holds the boot it was made in. A crash of this process alone leaves every
+            # write in the page cache, so the files are whole; after the OS went down too (power cut,
+            # kernel crash, a new boot), pages written since their last fsync may be torn.
+            os_crashed = not last_exit_ok and (boot_id is None or _read_text(abort) != boot_id)
+            log.info("message_store_loading", last_exit_ok=last_exit_ok, os_crashed=os_crashed)
+            cp = self.store_checkpoint
+            cp.load_blocking()
             self.commit_log.load_blocking()
             self._load_consume_queues_blocking()
             if self.index_service is not None:
-                self.index_service.load_blocking()
-            self._recover_blocking(last_exit_ok)
+                self.index_service.load_blocking(os_crashed, cp.index_file, cp.index_msg_timestamp)
+            self._recover_blocking(last_exit_ok, os_crashed)
             if self.index_service is not None and not self.index_service.index_file_list:
                 # The first index file now, not at the first message: making it (its slot table faulted
                 # in, 50-90 ms here) held up the dispatch of a fresh broker's first messages, and the
@@ -255,9 +274,12 @@ class DefaultMessageStore:
             self._lock_fd = -1
             raise
         # Abort marker: present for as long as we run; a clean shutdown removes it.
-        fd = os.open(abort, os.O_RDWR | os.O_CREAT, 0o644)
-        os.fsync(fd)
-        os.close(fd)
+        fd = os.open(abort, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, (boot_id or "").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         return last_exit_ok
 
     def _load_consume_queues_blocking(self) -> None:
@@ -289,7 +311,7 @@ class DefaultMessageStore:
                 cq.owner = self
                 self.consume_queue_table.setdefault(topic, {})[qid] = cq
 
-    def _recover_blocking(self, last_exit_ok: bool) -> None:
+    def _recover_blocking(self, last_exit_ok: bool, os_crashed: bool = False) -> None:
         max_phy_of_cq = -1
         for qmap in self.consume_queue_table.values():
             for cq in qmap.values():
@@ -303,7 +325,7 @@ class DefaultMessageStore:
         if last_exit_ok:
             cl.recover_normally_blocking(max_phy_of_cq)
         else:
-            recovered_from = cl.recover_abnormally_blocking(max_phy_of_cq)
+            recovered_from = cl.recover_abnormally_blocking(max_phy_of_cq, os_crashed)
         # Rebuild derived data past what the consume queues / index already hold.
         min_off = max(cl.get_min_offset(), 0)
         cq_progress = min_off
