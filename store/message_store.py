@@ -40,7 +40,7 @@ from .consume_queue import CQ_UNIT, ConsumeQueue
 from .filter import MessageFilter
 from .flush import FlushCommitLogService, FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from .index_service import IndexService
-from .mapped_file import MappedFile
+from .mapped_file import MappedFile, syncfs_blocking
 from .message import MessageExtBrokerInner
 from .reput import ArrivalListener, ArrivalRunFilter, InlineDispatchListener, ReputMessageService
 from .results import (
@@ -264,6 +264,8 @@ class DefaultMessageStore:
             if self.index_service is not None:
                 self.index_service.load_blocking(os_crashed, cp.index_file, cp.index_msg_timestamp)
             self._recover_blocking(last_exit_ok, os_crashed)
+            if not last_exit_ok:
+                self._sync_recovered_blocking()
             if self.index_service is not None and not self.index_service.index_file_list:
                 # The first index file now, not at the first message: making it (its slot table faulted
                 # in, 50-90 ms here) held up the dispatch of a fresh broker's first messages, and the
@@ -281,6 +283,25 @@ class DefaultMessageStore:
         finally:
             os.close(fd)
         return last_exit_ok
+
+    def _sync_recovered_blocking(self) -> None:
+        """Make what recovery changed durable before anything new is written: the tails it cut were
+        zeroed in the page cache only, and a new record written over a zeroed tail could, after a power
+        cut, come back as its new sectors mixed with the old bytes of the ones not yet written (no zero
+        sector to tell it by, and a body CRC that still matches). One syncfs per filesystem of the store."""
+        cfg = self.message_store_config
+        seen: set[int] = set()
+        for path in (cfg.store_path_commit_log(), cfg.store_path_consume_queue(), cfg.store_path_index()):
+            try:
+                dev = os.stat(path).st_dev
+            except FileNotFoundError:
+                continue
+            if dev in seen:
+                continue
+            seen.add(dev)
+            if not syncfs_blocking(path):
+                os.sync()  # no syncfs here: every filesystem, once, at start-up
+                return
 
     def _load_consume_queues_blocking(self) -> None:
         cfg = self.message_store_config
