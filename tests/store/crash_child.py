@@ -1,15 +1,17 @@
 """Crash-test child: runs a store and puts messages until killed, printing every acknowledged one.
 
-    python crash_child.py ROOT ASYNC_FLUSH|SYNC_FLUSH BATCH [LIMIT]
+    python crash_child.py ROOT ASYNC_FLUSH|SYNC_FLUSH BATCH [LIMIT [FIRST]]
 
 Prints "READY" once started, then "ACK <uniq> <queue_id> <queue_offset> <commit_log_offset>" per
 acknowledged message (flushed to stdout before the next put), and "DONE" after LIMIT messages (then idles
-so the parent can SIGKILL it without a clean shutdown).
+so the parent can SIGKILL it without a clean shutdown). Messages are numbered from FIRST (default 0).
+With CRASH_SHADOW set, the store's durability calls are recorded there (power_loss.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ def child_config(root: str, flush: str) -> MessageStoreConfig:
         maxIndexNum=2000,
         flushIntervalCommitLog=50,
         flushIntervalConsumeQueue=100,
+        flushConsumeQueueThoroughInterval=300,  # the live index file is synced (and checkpointed) too
     )
 
 
@@ -54,14 +57,19 @@ def message(i: int, queue_id: int) -> MessageExtBrokerInner:
     )
 
 
-async def main(root: str, flush: str, batch: int, limit: int) -> None:
+async def main(root: str, flush: str, batch: int, limit: int, first: int) -> None:
+    shadow = os.environ.get("CRASH_SHADOW")
+    if shadow:
+        from tests.store.power_loss import PowerLossRecorder
+
+        PowerLossRecorder(root, shadow).install()
     store = DefaultMessageStore(child_config(root, flush))
     await store.start()
     out = sys.stdout
     out.write("READY\n")
     out.flush()
-    i = 0
-    while limit <= 0 or i < limit:
+    i = first
+    while limit <= 0 or i < first + limit:
         msgs = [message(i + k, (i // batch) % QUEUES) for k in range(batch)]  # a batch is one queue
         if batch == 1:
             r = await store.put_message(msgs[0])
@@ -86,6 +94,5 @@ async def main(root: str, flush: str, batch: int, limit: int) -> None:
 
 if __name__ == "__main__":
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    asyncio.run(
-        main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
-    )
+    args = sys.argv[1:] + ["0", "0"]
+    asyncio.run(main(args[0], args[1], int(args[2]), int(args[3]), int(args[4])))

@@ -28,14 +28,20 @@ ROOT = Path(__file__).resolve().parents[2]
 class Child:
     """The crash child with a reader thread; every wait is bounded."""
 
-    def __init__(self, root: Path, flush: str, batch: int, limit: int = 0) -> None:
+    def __init__(
+        self, root: Path, flush: str, batch: int, limit: int = 0, first: int = 0, shadow: Path | None = None
+    ) -> None:
         self.lines: queue.Queue[str | None] = queue.Queue()
+        env = dict(os.environ)
+        if shadow is not None:
+            env["CRASH_SHADOW"] = str(shadow)
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(root), flush, str(batch), str(limit)],
+            [sys.executable, str(CHILD), str(root), flush, str(batch), str(limit), str(first)],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             cwd=str(ROOT),
             text=True,
+            env=env,
         )
         self.acks: list[tuple[str, int, int, int]] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -98,7 +104,7 @@ def scan_commit_log(store: DefaultMessageStore) -> list[MessageExt]:
     """Every record from min to max offset; asserts the log is well formed end to end."""
     cl = store.commit_log
     out: list[MessageExt] = []
-    pos = cl.get_min_offset()
+    pos = max(cl.get_min_offset(), 0)  # -1: no file at all
     end = cl.get_max_offset()
     while pos < end:
         data = cl.get_data(pos)
@@ -134,6 +140,11 @@ def check_consistency(store: DefaultMessageStore, records: list[MessageExt]) -> 
             got.extend(decode_messages(res.body()))
             off = res.next_begin_offset
         assert [m.commit_log_offset for m in got] == [m.commit_log_offset for m in expect]
+        cq = store.consume_queue_table["CrashTopic"][q] if expect else None
+        for m in expect:  # every unit whole: a consumer filtering by tag reads the tags code
+            assert cq is not None
+            want = (m.commit_log_offset, m.store_size, store.compute_tags_code(m.topic, m.properties))
+            assert cq.get_unit(m.queue_offset) == want, (q, m.queue_offset)
     idx_sample = records[:: max(1, len(records) // 60)] + records[-3:]
     for m in idx_sample:
         res = store.query_message("CrashTopic", m.properties["UNIQ_KEY"], 32, 0, 1 << 62)
