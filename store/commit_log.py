@@ -85,9 +85,10 @@ def _torn_after_body(mv: memoryview, tp: int, pp: int, end: int) -> bool:
     """Whether a 512-byte sector holding part of the record's topic or properties reads as all zeros: a
     record a power cut left half written (recovery's check). The body has its CRC; the topic and the
     properties have none, and a sector of theirs can be lost while the rest of the record is on disk.
-    A valid record cannot look like that: a topic has no zero byte, and properties end with the 0x02
-    separator. (A sector meeting only the properties' length, which is zero for a record without any,
-    is not judged.)"""
+    A valid record does not look like that: a topic has no zero byte, and properties end with a value
+    (through the broker, the cluster's name: CLUSTER is added last) or a 0x02 separator; only a value
+    ending in NUL bytes, stored last, could put a whole sector of zeros there. (A sector meeting only
+    the properties' length, which is zero for a record without any, is not judged.)"""
     s = tp - tp % SECTOR
     props_end = pp + 2
     limit = len(mv)
@@ -346,7 +347,7 @@ class CommitLog:
         props_len = _I16.unpack_from(mv, pp)[0]
         if props_len < 0 or pp + 2 + props_len != pos + total:  # (layout.record_size, from the positions)
             return -1
-        last = pos + total - 1  # (the first and the last sector each hold a byte that is never zero)
+        last = pos + total - 1  # (the first and the last sector each hold a byte that is not zero)
         if (topic_len == 0 or mv[last] == 0 or last - tp >= SECTOR) and _torn_after_body(mv, tp, pp, last + 1):
             return -1
         try:
