@@ -237,14 +237,19 @@ async def test_crash_sync_flush(tmp_path: Path, children: list[Child]) -> None:
     await run_crash_cycle(tmp_path, children, "SYNC_FLUSH", 1)
 
 
-async def test_crc_corruption_truncates_on_crash_recovery(tmp_path: Path, children: list[Child]) -> None:
-    root = tmp_path / "store"
-    child = Child(root, "SYNC_FLUSH", 1, limit=600)
+def killed_when_done(root: Path, children: list[Child], limit: int) -> Child:
+    """A SYNC_FLUSH child that stored `limit` messages one at a time, then was SIGKILLed."""
+    child = Child(root, "SYNC_FLUSH", 1, limit=limit)
     children.append(child)
     child.wait_for("READY", 0, 30)
     child.wait_for("DONE", 0, 60)
     child.kill()
-    acks = child.acks
+    return child
+
+
+async def test_crc_corruption_truncates_on_crash_recovery(tmp_path: Path, children: list[Child]) -> None:
+    root = tmp_path / "store"
+    acks = killed_when_done(root, children, 600).acks
     assert len(acks) == 600
     file_size = child_config(str(root), "SYNC_FLUSH").mappedFileSizeCommitLog
     last_file_start = max(phy for *_rest, phy in acks) // file_size * file_size
@@ -294,11 +299,7 @@ async def test_record_with_a_lost_sector_after_its_body_is_cut(tmp_path: Path, c
     CRC passes, so recovery must see the zero sector (before: the record was kept with its UNIQ_KEY and
     part of its keys gone)."""
     root = tmp_path / "store"
-    child = Child(root, "SYNC_FLUSH", 1, limit=300)
-    children.append(child)
-    child.wait_for("READY", 0, 30)
-    child.wait_for("DONE", 0, 60)
-    child.kill()
+    child = killed_when_done(root, children, 300)
     file_size = child_config(str(root), "SYNC_FLUSH").mappedFileSizeCommitLog
     # The last record whose last sector begins after its body ends: that sector holds only its topic
     # and properties (and nothing that comes after it is kept, as after a real cut).
