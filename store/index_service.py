@@ -744,7 +744,7 @@ class IndexService:
             if len(self.index_file_list) == 1 and f.index_count <= 1 and f.end_phy_offset == 0:
                 break  # a fresh store's first file (made at start): no record, nothing past any cut
             # Entries (or, for an empty file, the dispatch mark) at or past the cut: drop the file.
-            rebuild_from = f.begin_phy_offset
+            rebuild_from = f.begin_phy_offset if rebuild_from is None else min(rebuild_from, f.begin_phy_offset)
             self.index_file_list.pop()
             f.destroy_blocking()
         if rebuild_from is not None:
