@@ -26,6 +26,12 @@ class BadRequest(Exception):
 
 _JAVA = LanguageCode.JAVA
 
+# Fast failure (waitTimeMillsInSendQueue / waitTimeMillsInPullQueue): Java's cleanExpiredRequest sheds only
+# requests still in the queue when it looks, those that waited at least the threshold; a request taken at
+# once was never queued. We measure each request's wait from its read, a few microseconds when nothing
+# waits: under 1 ms it counts as not queued, so a threshold of 0 sheds what queued, not every request.
+QUEUED_MS = 1.0
+
 
 def reply(code: int, remark: str | None = None, ext_fields: dict[str, str] | None = None,
           body: bytes | bytearray | memoryview | None = None) -> RemotingCommand:

@@ -21,7 +21,15 @@ from broker import mix_all
 from broker.filter import EXPRESSION_TYPE_TAG, ExpressionMessageFilter, SubscriptionParseError
 from broker.longpolling.pull_request_hold_service import PullRequest
 from broker.mix_all import PullSysFlag
-from broker.processor.common import BadRequest, await_dispatch, decode_header, now_ms, parse_host, reply
+from broker.processor.common import (
+    QUEUED_MS,
+    BadRequest,
+    await_dispatch,
+    decode_header,
+    now_ms,
+    parse_host,
+    reply,
+)
 from broker.topic import topic_validator as tv
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -78,7 +86,7 @@ class PullMessageProcessor:
         bc = self.c.broker_config
         if bc.brokerFastFailureEnable:
             waited = ctx.queued_ms()
-            if waited > bc.waitTimeMillsInPullQueue:
+            if waited >= max(bc.waitTimeMillsInPullQueue, QUEUED_MS):
                 return reply(
                     ResponseCode.SYSTEM_BUSY,
                     f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "

@@ -30,7 +30,7 @@ import structlog
 from broker import mix_all
 from broker.mix_all import TopicSysFlag
 from broker.processor.batch_template import decode_uniform_batch, first_record_shape
-from broker.processor.common import BadRequest, decode_header, now_ms, parse_host, reply
+from broker.processor.common import QUEUED_MS, BadRequest, decode_header, now_ms, parse_host, reply
 from broker.topic import topic_validator as tv
 from broker.topic.topic_config_manager import TopicSendView
 from remoting.body import TopicConfig
@@ -643,7 +643,7 @@ class SendMessageProcessor:
         bc = self.c.broker_config
         if bc.brokerFastFailureEnable:
             waited = ctx.queued_ms()
-            if waited > bc.waitTimeMillsInSendQueue:
+            if waited >= max(bc.waitTimeMillsInSendQueue, QUEUED_MS):
                 return reply(ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK.format(int(waited), self.queue_size()))
         busy = self._page_cache_busy
         if busy is None:

@@ -304,6 +304,28 @@ async def test_send_waiting_too_long_is_flow_controlled(broker: BrokerHarness) -
     assert "size of queue: 0" in r.remark
 
 
+async def test_a_zero_queue_wait_sheds_what_queued_not_every_request(tmp_path: Path) -> None:
+    """waitTimeMillsInSendQueue / waitTimeMillsInPullQueue = 0: Java sheds only requests still queued when
+    its sweep looks, so a request taken at once goes through (before: every request was refused, since
+    each measurably waits a few microseconds); one that waited a millisecond is shed."""
+    async with running_broker(tmp_path, waitTimeMillsInSendQueue=0, waitTimeMillsInPullQueue=0) as h:
+        for waited, code in ((0.05, ResponseCode.SUCCESS), (1.5, ResponseCode.SYSTEM_BUSY)):
+            ctx = SimpleNamespace(queued_ms=lambda w=waited: w, remote_addr="127.0.0.1:1", conn=None)
+            r = await h.controller.send_message_processor.process_request(  # type: ignore[arg-type]
+                ctx, send_v1("Zero", b"x", queue_id=0)
+            )
+            assert r.code == code, (waited, r.remark)
+        await dispatched(h)
+        for waited, code in ((0.05, ResponseCode.SUCCESS), (1.5, ResponseCode.SYSTEM_BUSY)):
+            ctx = SimpleNamespace(queued_ms=lambda w=waited: w, remote_addr="127.0.0.1:1", conn=None)
+            r = h.controller.pull_message_processor.process_request(ctx, pull("Zero", 0, 0))  # type: ignore[arg-type]
+            if not isinstance(r, RemotingCommand):
+                r = await r  # type: ignore[misc]
+            assert r is not None and r.code == code, (waited, r.remark if r else None)
+        # through the real connection too
+        assert (await h.call(send_v1("Zero", b"y", queue_id=0))).code == ResponseCode.SUCCESS
+
+
 async def test_message_transformer_hook(broker: BrokerHarness) -> None:
     h = broker
     seen: list[tuple[str, str | None]] = []
