@@ -86,7 +86,7 @@ class PullMessageProcessor:
         bc = self.c.broker_config
         if bc.brokerFastFailureEnable:
             waited = ctx.queued_ms()
-            if waited >= max(bc.waitTimeMillsInPullQueue, QUEUED_MS):
+            if waited >= bc.waitTimeMillsInPullQueue and waited >= QUEUED_MS:
                 return reply(
                     ResponseCode.SYSTEM_BUSY,
                     f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "

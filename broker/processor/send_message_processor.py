@@ -643,7 +643,7 @@ class SendMessageProcessor:
         bc = self.c.broker_config
         if bc.brokerFastFailureEnable:
             waited = ctx.queued_ms()
-            if waited >= max(bc.waitTimeMillsInSendQueue, QUEUED_MS):
+            if waited >= bc.waitTimeMillsInSendQueue and waited >= QUEUED_MS:  # (one compare when under it)
                 return reply(ResponseCode.SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE_REMARK.format(int(waited), self.queue_size()))
         busy = self._page_cache_busy
         if busy is None:
