@@ -1,8 +1,10 @@
 """Broker restart time with messages stored: from starting `bin/mqbroker` on an existing store to its
 "listening" line, after a crash (kill -9: abnormal recovery, which checks the CommitLog from the file the
 checkpoint points at, as RocketMQ's recoverAbnormally does, and dispatches again from the first record a
-consume queue lacks, or the index's end) and after a clean stop (normal recovery: the last 3 CommitLog files
-checked). Not a test.
+consume queue lacks, or the index's end), after a clean stop (normal recovery: the last 3 CommitLog files
+checked), and after an OS crash (kill -9, then the abort file made another boot's, as after a power cut: the
+consume queue units from the checkpoint's file on and the index files from the checkpoint's on are built
+again). Not a test.
 
     .venv/bin/python bench/bench_restart.py [--messages 1000000] [--size 1024] [--runs 2]
 
@@ -69,13 +71,15 @@ def main() -> int:
         have = run(stored(ns_addr))
         if have != a.messages:
             raise SystemExit(f"{have} messages stored, {a.messages} sent")
-        times: dict[str, list[float]] = {"kill -9": [], "clean stop": []}
+        times: dict[str, list[float]] = {"kill -9": [], "clean stop": [], "OS crash": []}
         for _ in range(a.runs):
             for kind in times:
-                if kind == "kill -9":
-                    broker.kill()
-                else:
+                if kind == "clean stop":
                     broker.terminate()
+                else:
+                    broker.kill()
+                if kind == "OS crash":
+                    (store / "abort").write_text("a boot before this one")
                 t0 = time.perf_counter()
                 broker, _ = start_broker(tmp, ns_addr, port=port, extra=BROKER_STORE_SIZES, store_dir=store)
                 took = time.perf_counter() - t0
