@@ -91,7 +91,8 @@ class ConsumeQueue:
                 offset, sz, _tags = CQ_UNIT.unpack_from(mv, i)
                 if offset >= 0 and sz > 0:
                     mapped_offset = i + CQ_STORE_UNIT_SIZE
-                    self.max_physic_offset = offset + sz
+                    if sz != _INT_MAX:  # (not a blank before a queue's first unit: see _fill_pre_blank)
+                        self.max_physic_offset = offset + sz
                 else:
                     break
             if mapped_offset == size:
@@ -124,7 +125,8 @@ class ConsumeQueue:
                 offset, sz, _tags = CQ_UNIT.unpack_from(mv, i)
                 if offset >= 0 and sz > 0 and offset < phy_offset:
                     keep = i + CQ_STORE_UNIT_SIZE
-                    self.max_physic_offset = offset + sz
+                    if sz != _INT_MAX:  # a blank's (0, INT_MAX) would claim every record as dispatched
+                        self.max_physic_offset = offset + sz
                 else:
                     break
             if keep == 0:
@@ -144,7 +146,7 @@ class ConsumeQueue:
         if mf.wrote_position < CQ_STORE_UNIT_SIZE:
             return -1
         offset, sz, _tags = CQ_UNIT.unpack_from(mf.mv, mf.wrote_position - CQ_STORE_UNIT_SIZE)
-        return offset + sz
+        return -1 if sz == _INT_MAX else offset + sz  # (a file of blanks holds no record)
 
     # ------------------------------------------------------------------------------ offsets
 

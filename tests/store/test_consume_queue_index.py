@@ -63,6 +63,32 @@ def test_cq_recover_and_truncate(tmp_path: Path) -> None:
     cq2.close_blocking()
 
 
+def test_a_queue_that_began_past_zero_takes_units_after_a_cut_to_its_blanks(tmp_path: Path) -> None:
+    """A queue whose first file begins past offset 0 (its older files cleaned up) starts with blank units
+    (0, INT_MAX). A cut that leaves only those blanks (recovery cut the commit log before the queue's
+    first real unit) must leave the queue taking units again: the blank's INT_MAX end counted as the
+    last record dispatched, so every later unit was skipped as already built, and the queue stayed
+    empty for good (seen after a power cut with cleanup: 2 864 records a queue, none consumable)."""
+    cq = new_cq(tmp_path)
+    cq.create_next_file_blocking(0)
+    cq.mapped_file_queue.mapped_files[-1].first_create_in_queue = True
+    assert cq.put_message_position_info(5000, 100, 0, 5)  # the queue's first unit, at offset 5
+    assert cq.get_min_offset_in_queue() == 5 and cq.get_max_offset_in_queue() == 6
+    cq.truncate_dirty_logic_files_blocking(4000)  # the commit log was cut before offset 5's record
+    assert cq.get_max_offset_in_queue() == 5
+    assert cq.max_physic_offset < 4000
+    assert cq.put_message_position_info(4000, 100, 7, 5)  # dispatched again after the cut
+    assert cq.get_unit(5) == (4000, 100, 7)
+    cq.close_blocking()
+    cq2 = new_cq(tmp_path)  # and after a restart that finds only blanks and that unit
+    cq2.load_blocking()
+    cq2.recover_blocking()
+    assert cq2.max_physic_offset == 4100
+    cq2.truncate_dirty_logic_files_blocking(4000)
+    assert cq2.max_physic_offset < 4000 and cq2.get_last_offset() < 4000
+    cq2.close_blocking()
+
+
 def _open_descriptors_of(path: Path) -> int:
     n = 0
     for fd in os.listdir("/proc/self/fd"):
