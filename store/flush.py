@@ -372,6 +372,7 @@ class FlushConsumeQueueService:
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._last_thorough = time.monotonic()
+        self._round = asyncio.Lock()  # one round at a time: the service's, shutdown's, cleanup's
 
     def start(self) -> None:
         self._stopped = False
@@ -400,9 +401,14 @@ class FlushConsumeQueueService:
                 log.error("consume_queue_flush_failed", error=str(e))
 
     async def do_flush(self, flush_least_pages: int, *, write_checkpoint: bool) -> None:
+        async with self._round:
+            await self._do_flush(flush_least_pages, write_checkpoint)
+
+    async def _do_flush(self, flush_least_pages: int, write_checkpoint: bool) -> None:
         store = self.store
         cp = store.store_checkpoint
         logics_ts = cp.logics_msg_timestamp  # what is dispatched now is what this round makes durable
+        dispatched = store.reput_message_service.reput_from_offset  # (likewise, as a commit log offset)
         cq_targets: list[tuple[MappedFileQueue, MappedFile, int]] = []
         # Queues with files created since their directory was last synced. Counted after logics_ts is
         # taken: a file holding a unit dispatched by then was counted before that unit was written.
@@ -469,6 +475,11 @@ class FlushConsumeQueueService:
             await asyncio.get_running_loop().run_in_executor(
                 store.flush_executor, cp.flush_blocking, logics_ts
             )
+        if flush_least_pages == 0 and dispatched > store.durable_dispatch_offset:
+            # Every queue's units for the records before `dispatched` are on disk now (a round with a
+            # least-pages threshold leaves some queues' last pages unsynced): cleanup may delete those
+            # records' CommitLog files.
+            store.durable_dispatch_offset = dispatched
 
 
 def _cq_flush_targets(

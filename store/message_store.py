@@ -177,6 +177,9 @@ class DefaultMessageStore:
             else None
         )
         self.reput_message_service = ReputMessageService(self)
+        # The commit log offset below which every record's consume queue unit is on disk (set at start-up,
+        # after recovery, and by each full consume queue flush): CleanCommitLogService deletes no file past it.
+        self.durable_dispatch_offset = 0
         self.flush_commit_log_service: FlushCommitLogService = (
             GroupCommitService(self) if config.is_sync_flush() else FlushRealTimeService(self)
         )
@@ -266,6 +269,8 @@ class DefaultMessageStore:
             self._recover_blocking(last_exit_ok, os_crashed)
             if not last_exit_ok:
                 self._sync_recovered_blocking()
+            # A clean stop flushed every queue, and after a crash what recovery dispatched was just synced.
+            self.durable_dispatch_offset = self.reput_message_service.reput_from_offset
             if self.index_service is not None and not self.index_service.index_file_list:
                 # The first index file now, not at the first message: making it (its slot table faulted
                 # in, 50-90 ms here) held up the dispatch of a fresh broker's first messages, and the

@@ -31,6 +31,35 @@ async def fill(store: DefaultMessageStore, n: int, size: int = 3000) -> None:
     assert await store.wait_dispatched(5)
 
 
+async def test_no_commit_log_file_goes_before_its_queue_units_are_on_disk(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """Cleanup deletes a CommitLog file only once the consume queue units of its records are on disk:
+    after a power cut, a queue that lost them while the file's deletion stayed would have a hole the
+    replay cannot fill, and consumers would skip messages. It flushes the queues first; a flush that
+    does not happen (here: it does nothing) holds the files back (before: they were deleted anyway)."""
+    store = make_store(
+        deleteWhen=";".join(f"{h:02d}" for h in range(24)), fileReservedTime=0,
+        deleteCommitLogFilesInterval=0, deleteConsumeQueueFilesInterval=0,
+    )
+    store.disk_usage_probe = lambda: 0.10
+    await store.start()
+    await fill(store, 60)
+    assert len(store.commit_log.mapped_file_queue.mapped_files) >= 3
+    flush = store.flush_consume_queue_service
+
+    async def no_flush(flush_least_pages: int, *, write_checkpoint: bool) -> None:
+        return None
+
+    flush.do_flush = no_flush  # type: ignore[method-assign]
+    assert await store.clean_expired_files_now() == 0
+    assert store.get_commit_log_min_offset() == 0
+    del flush.do_flush  # the real one again
+    assert await store.clean_expired_files_now() >= 2
+    assert store.get_commit_log_min_offset() > 0
+    assert store.get_commit_log_min_offset() <= store.durable_dispatch_offset
+
+
 async def test_expired_files_deleted_at_delete_when(make_store: Callable[..., DefaultMessageStore]) -> None:
     hour = time.localtime().tm_hour
     store = make_store(
