@@ -5,7 +5,8 @@
 Prints "READY" once started, then "ACK <uniq> <queue_id> <queue_offset> <commit_log_offset>" per
 acknowledged message (flushed to stdout before the next put), and "DONE" after LIMIT messages (then idles
 so the parent can SIGKILL it without a clean shutdown). Messages are numbered from FIRST (default 0).
-With CRASH_SHADOW set, the store's durability calls are recorded there (power_loss.py).
+With CRASH_SHADOW set, the store's durability calls are recorded there (power_loss.py); with CRASH_CLEANUP,
+its files expire at once (child_config's cleanup).
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ from store.results import PutMessageStatus  # noqa: E402
 QUEUES = 4
 
 
-def child_config(root: str, flush: str) -> MessageStoreConfig:
+def child_config(root: str, flush: str, cleanup: bool = False) -> MessageStoreConfig:
+    """`cleanup`: every CommitLog file but the one being written is expired at once, and cleaned up
+    every 200 ms (consume queue and index files follow)."""
+    expire = (
+        {"deleteWhen": ";".join(f"{h:02d}" for h in range(24)), "fileReservedTime": 0, "cleanResourceInterval": 200,
+         "deleteCommitLogFilesInterval": 0, "deleteConsumeQueueFilesInterval": 0}
+        if cleanup else {}
+    )
     return MessageStoreConfig(
+        **expire,
         storePathRootDir=root,
         flushDiskType=flush,
         mappedFileSizeCommitLog=256 * 1024,
@@ -63,7 +72,7 @@ async def main(root: str, flush: str, batch: int, limit: int, first: int) -> Non
         from tests.store.power_loss import PowerLossRecorder
 
         PowerLossRecorder(root, shadow).install()
-    store = DefaultMessageStore(child_config(root, flush))
+    store = DefaultMessageStore(child_config(root, flush, cleanup=bool(os.environ.get("CRASH_CLEANUP"))))
     await store.start()
     out = sys.stdout
     out.write("READY\n")

@@ -14,8 +14,10 @@ went at that moment:
 
 * names: a name both live and durable (the same file) is there. Of the names created in a directory
   since it was last made durable, a random first few in name order are there (ext4, xfs and btrfs
-  commit name changes in the order they were made; the store names its files in creation order). A
-  name deleted (or replaced by a new file) since is there or not, at random, with its old file.
+  commit name changes in the order they were made; the store names its files in creation order). Of
+  the names deleted since, all but a random first few in name order are back with their old files
+  (the store deletes its files oldest first); a name replaced by a new file has the old one or not,
+  at random.
 * content: a file's durable content (zeros for a file never synced), with each 512-byte sector
   written since taken from the live file with probability `keep` (the kernel's own write-back, in any
   order; a torn page is sectors of both), or those up to a random point.
@@ -302,14 +304,16 @@ def crash_image(live: Path, shadow: Path, out: Path, rng: random.Random, keep: f
         names = sorted(by_dir[d])
         created = [n for n in names if n in present and (n not in durable or not same_file(n))]
         made = set(created[: rng.randint(0, len(created))])  # a prefix, in name (creation) order
+        deleted = [n for n in names if n in durable and n not in present]
+        gone = set(deleted[: rng.randint(0, len(deleted))])  # the store deletes its files oldest first
         for n in names:
             if n in present and n in durable and same_file(n):
                 chosen[n] = (present[n][0], "live")
             elif n in made:
                 chosen[n] = (present[n][0], "live")
                 stats["new_names_kept"] += 1
-            elif n in durable and rng.random() < 0.5:  # its deletion (or replacement) was not made durable
-                chosen[n] = (durable[n][0], "old")
+            elif n in durable and n not in gone and (n not in present or rng.random() < 0.5):
+                chosen[n] = (durable[n][0], "old")  # its deletion (or replacement) was not made durable
                 stats["gone_names_back"] += 1
             elif n in present:
                 stats["new_names_lost"] += 1
