@@ -485,13 +485,19 @@ class FlushConsumeQueueService:
 def _cq_flush_targets(
     cq: ConsumeQueue, flush_least_pages: int
 ) -> list[tuple[MappedFileQueue, MappedFile, int]]:
-    # One file per round; after a roll the next round picks up the following file.
+    # One file per round, the next round picks up the following one after a roll; a full round (no
+    # least-pages threshold) takes every file written since, so that what it covers is all on disk
+    # (durable_dispatch_offset; cleanup relies on it).
     mfq = cq.mapped_file_queue
     target = mfq.flush_target(flush_least_pages)
     if target is None:
         return []
     mf, wp = target
-    return [(mfq, mf, wp)]
+    out = [(mfq, mf, wp)]
+    if flush_least_pages == 0 and mf is not mfq.mapped_files[-1]:
+        files = mfq.mapped_files
+        out += [(mfq, later, later.wrote_position) for later in files[files.index(mf) + 1 :] if later.wrote_position]
+    return out
 
 
 def _on_one_filesystem(

@@ -417,3 +417,23 @@ async def test_a_flush_round_over_many_queues_yields_to_the_loop_and_skips_idle_
             assert store.get_consume_queue("T5", 2).mapped_file_queue.flushed_where == 40  # type: ignore[union-attr]
     finally:
         await store.shutdown()
+
+
+async def test_a_full_queue_flush_takes_every_file_written_since(
+    make_store: Callable[..., DefaultMessageStore],
+) -> None:
+    """A consume queue flush round with no least-pages threshold syncs every file the queue wrote since
+    its last flush, not only the first (the next round took the next file): cleanup deletes commit log
+    files on the strength of such a round (durable_dispatch_offset), and a queue file left unsynced
+    could lose units for records whose file was gone after a power cut."""
+    store = make_store(mappedFileSizeConsumeQueue=10 * 20, flushIntervalConsumeQueue=60_000)
+    await store.start()
+    for i in range(25):
+        assert (await store.put_message(make_msg(body=f"m{i}".encode(), queue_id=0))).is_ok
+    assert await store.wait_dispatched(5)
+    cq = store.get_consume_queue("TopicTest", 0)
+    assert cq is not None and len(cq.mapped_file_queue.mapped_files) == 3
+    assert cq.mapped_file_queue.flushed_where < 25 * 20
+    await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
+    assert cq.mapped_file_queue.flushed_where == 25 * 20
+    assert store.durable_dispatch_offset == store.reput_message_service.reput_from_offset
