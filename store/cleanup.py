@@ -159,6 +159,9 @@ class CleanCommitLogService:
                 mf.destroy_blocking()
                 if interval > 0 and i + 1 < len(victims):
                     time.sleep(interval)
+            # The deletions durable before the consume queue and index files that follow them go: a power
+            # cut that undid these but kept those would bring back records whose queue units are gone.
+            mfq.sync_dir_blocking()
 
         await loop.run_in_executor(store.alloc_executor, destroy)
         log.info("commitlog_files_deleted", count=len(victims), min_offset=cl.get_min_offset())
