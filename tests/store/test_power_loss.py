@@ -3,10 +3,7 @@ log whose consume queues and index agree with it, and with SYNC_FLUSH it must ho
 acknowledged, at the queue and offsets it acknowledged. Each cut is followed by another run of the store
 on what the cut left, recovering it itself (with its durability calls recorded too) before the next cut,
 so what recovery writes must be durable as well. With cleanup, what the store had deleted before a cut
-is excused (a cut may also bring some of it back).
-
-Not in the suite yet: ASYNC_FLUSH with cleanup, where 3 of 20 seeds still fail (a queue whose units for
-a file that the cut brought back are gone, while later units stay); see the session note."""
+is excused (a cut may also bring some of it back)."""
 
 from __future__ import annotations
 
@@ -119,3 +116,8 @@ async def test_power_cut_async_flush(tmp_path: Path, children: list[Child], seed
 async def test_power_cut_sync_flush_with_cleanup(tmp_path: Path, children: list[Child], seed: int) -> None:
     """The store deletes expired files all along (every CommitLog file but the last expires at once)."""
     await power_cut_cycles(tmp_path, children, "SYNC_FLUSH", 1, 100 + seed, cleanup=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_power_cut_async_flush_with_cleanup(tmp_path: Path, children: list[Child], seed: int) -> None:
+    await power_cut_cycles(tmp_path, children, "ASYNC_FLUSH", 8, 100 + seed, cleanup=True)
