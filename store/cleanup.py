@@ -122,13 +122,6 @@ class CleanCommitLogService:
         # Never delete what the dispatcher has not read yet.
         reput_from = store.reput_message_service.reput_from_offset
         candidates = [mf for mf in candidates if mf.file_end_offset <= reput_from]
-        if candidates and candidates[-1].file_end_offset > store.durable_dispatch_offset:
-            # Nor records whose consume queue units are not on disk yet: after a power cut, a queue that lost
-            # such units while the file's deletion stayed would have a hole the replay cannot fill (it puts
-            # the next record's unit in the hole, and every later unit sits off its queue offset, so
-            # consumers skip messages). RocketMQ deletes without them; one full consume queue flush first.
-            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
-            candidates = [mf for mf in candidates if mf.file_end_offset <= store.durable_dispatch_offset]
         loop = asyncio.get_running_loop()
 
         def pick() -> list[MappedFile]:
@@ -144,6 +137,13 @@ class CleanCommitLogService:
             return out
 
         victims = await loop.run_in_executor(store.alloc_executor, pick)
+        if victims and victims[-1].file_end_offset > store.durable_dispatch_offset:
+            # Nor records whose consume queue units are not on disk yet: after a power cut, a queue that lost
+            # such units while the file's deletion stayed would have a hole the replay cannot fill (it puts
+            # the next record's unit in the hole, and every later unit sits off its queue offset, so
+            # consumers skip messages). RocketMQ deletes without them; one full consume queue flush first.
+            await store.flush_consume_queue_service.do_flush(0, write_checkpoint=False)
+            victims = [mf for mf in victims if mf.file_end_offset <= store.durable_dispatch_offset]
         if not victims:
             return 0
         # Only a prefix of the current list may go (it may have changed while we were stat-ing).
