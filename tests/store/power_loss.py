@@ -91,10 +91,6 @@ class PowerLossRecorder:
         except FileNotFoundError:
             return None
 
-    def _listing(self, rel_dir: str) -> dict[str, list[int]]:
-        """name -> [size (-1 for a directory), inode] of a directory's entries, relative to the root."""
-        return _entries(Path(self.root), rel_dir)
-
     def _commit(self, snaps: Iterable[Snapshot]) -> None:
         with self._lock:
             for snap in snaps:
@@ -126,7 +122,7 @@ class PowerLossRecorder:
         def fsync(fd: int) -> None:
             rel = self._rel(os.readlink(f"/proc/self/fd/{fd}"))
             if rel is not None and os.path.isdir(os.path.join(self.root, rel)):
-                listing = self._listing(rel)
+                listing = _entries(Path(self.root), rel)
                 real(fd)
                 with self._lock:
                     self._log({"op": "dir", "path": rel, "entries": listing})
@@ -139,15 +135,8 @@ class PowerLossRecorder:
         return fsync
 
     def _capture_all(self) -> tuple[list[Snapshot], dict[str, list[int]]]:
-        snaps: list[Snapshot] = []
-        names: dict[str, list[int]] = {}
-        for dirpath, _dirs, files in os.walk(self.root):
-            rel_dir = os.path.relpath(dirpath, self.root)
-            names.update(self._listing(rel_dir))
-            for n in files:
-                snap = self._capture_path(os.path.normpath(os.path.join(rel_dir, n)))
-                if snap is not None:
-                    snaps.append(snap)
+        names = _tree_entries(Path(self.root))
+        snaps = [snap for rel, (size, _ino) in names.items() if size >= 0 and (snap := self._capture_path(rel))]
         return snaps, names
 
     def _wrap_syncfs(self, real: Callable[[str], bool]) -> Callable[[str], bool]:
@@ -204,6 +193,7 @@ class Snapshot(NamedTuple):
 
 
 def _entries(root: Path, rel_dir: str) -> dict[str, list[int]]:
+    """name -> [size (-1 for a directory), inode] of a directory's entries, relative to `root`."""
     out: dict[str, list[int]] = {}
     try:
         entries = list(os.scandir(root / rel_dir))
@@ -219,6 +209,14 @@ def _entries(root: Path, rel_dir: str) -> dict[str, list[int]]:
     return out
 
 
+def _tree_entries(root: Path) -> dict[str, list[int]]:
+    """_entries of every directory under `root`."""
+    out: dict[str, list[int]] = {}
+    for dirpath, _dirs, _files in os.walk(root):
+        out.update(_entries(root, os.path.relpath(dirpath, root)))
+    return out
+
+
 # -------------------------------------------------------------------- the parent's side
 
 
@@ -231,15 +229,12 @@ def start_shadow(shadow: Path, durable_root: Path | None = None) -> None:
     log: list[dict[str, Any]] = []
     names: dict[str, list[int]] = {}
     if durable_root is not None:
-        for dirpath, _dirs, files in os.walk(durable_root):
-            rel_dir = os.path.relpath(dirpath, durable_root)
-            names.update(_entries(durable_root, rel_dir))
-            for n in files:
-                rel = os.path.normpath(os.path.join(rel_dir, n))
+        names = _tree_entries(durable_root)
+        for rel, (size, ino) in names.items():
+            if size >= 0:
                 dst = shadow / FILES_DIR / rel
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(os.path.join(dirpath, n), dst)
-                size, ino = names[rel]
+                shutil.copyfile(durable_root / rel, dst)
                 log.append({"op": "file", "path": rel, "size": size, "ino": ino})
     log.append({"op": "all", "entries": names})
     with open(shadow / NAMES_LOG, "w") as f:
@@ -284,9 +279,7 @@ def crash_image(live: Path, shadow: Path, out: Path, rng: random.Random, keep: f
     what was decided at random, for the test's message. `keep` None: each file's written sectors were
     written back in file order, up to a random point (the common case: a log's tail is lost)."""
     durable, content_ino = _replay(shadow)
-    present: dict[str, tuple[int, int]] = {}
-    for dirpath, _dirs, _files in os.walk(live):
-        present.update((n, (v[0], v[1])) for n, v in _entries(live, os.path.relpath(dirpath, live)).items())
+    present = {n: (v[0], v[1]) for n, v in _tree_entries(live).items()}
     stats = {"new_names_kept": 0, "new_names_lost": 0, "gone_names_back": 0, "sectors_kept": 0, "sectors_lost": 0}
 
     def same_file(name: str) -> bool:
