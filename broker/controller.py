@@ -39,6 +39,7 @@ from broker.client.producer_manager import ProducerManager
 from broker.client.rebalance_lock_manager import RebalanceLockManager
 from broker.config import BrokerConfig, format_value
 from broker.config_manager import atomic_write_text
+from broker.filter import ConsumerFilterManager
 from broker.longpolling.pull_request_hold_service import PullRequestHoldService
 from broker.offset.consumer_offset_manager import ConsumerOffsetManager
 from broker.out.broker_outer_api import BrokerOuterAPI
@@ -164,6 +165,7 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(bc)
         self.consumer_offset_manager = ConsumerOffsetManager(bc)
         self.broker_stats = BrokerStatsManager()
+        self.consumer_filter_manager = ConsumerFilterManager(bc.filterDataCleanTimeSpan)
         self.consumer_manager = ConsumerManager(self._on_consumer_group_event, bc.channelExpiredTimeout)
         self.producer_manager = ProducerManager(bc.channelExpiredTimeout)
         self.rebalance_lock_manager = RebalanceLockManager()
@@ -293,6 +295,10 @@ class BrokerController:
         if event is ConsumerGroupEvent.CHANGE and self.broker_config.notifyConsumerIdsChangedEnable:
             for conn in arg or ():  # type: ignore[attr-defined]
                 self.broker2client.notify_consumer_ids_changed(conn, group)
+        elif event is ConsumerGroupEvent.REGISTER:
+            self.consumer_filter_manager.register(group, arg)  # type: ignore[arg-type]
+        elif event is ConsumerGroupEvent.UNREGISTER:
+            self.consumer_filter_manager.unregister(group)
 
     def _on_topic_changed(self, topic: str) -> None:
         self.request_register()
@@ -374,6 +380,8 @@ class BrokerController:
                 await self.consumer_offset_manager.persist_if_dirty()
             except Exception:
                 log.exception("persist_consumer_offsets_failed")
+            # (upstream cleans its consumer filters when it persists them, in this same task)
+            self.consumer_filter_manager.clean()
 
     # ------------------------------------------------------------------ lifecycle
 

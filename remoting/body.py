@@ -137,6 +137,14 @@ class HeartbeatData(Body):
     consumer_data_set: list[ConsumerData] = Field(default_factory=list)
 
 
+class CheckClientRequestBody(Body):
+    """CHECK_CLIENT_CONFIG's body: a consumer asks whether the broker can filter by this subscription."""
+
+    client_id: str
+    group: str
+    subscription_data: SubscriptionData
+
+
 class GetConsumerListByGroupResponseBody(Body):
     consumer_id_list: list[str] = Field(default_factory=list)
 

@@ -8,7 +8,7 @@ import structlog
 
 from broker import mix_all
 from broker.client.client_channel_info import ClientChannelInfo
-from broker.filter import is_tag_type
+from broker.filter import SubscriptionParseError, compile_expression, is_tag_type
 from broker.mix_all import TopicSysFlag
 from broker.processor.common import BadRequest, decode_header, reply
 from remoting import jsonutil
@@ -139,7 +139,15 @@ class ClientManageProcessor:
         sub = body.get("subscriptionData") if isinstance(body, dict) else None
         if isinstance(sub, dict):
             etype = sub.get("expressionType")
-            if not is_tag_type(etype):  # SQL92 filtering is not implemented yet
-                return reply(ResponseCode.SYSTEM_ERROR,
-                             f"The broker does not support consumer to filter message by {etype}")
+            if not is_tag_type(etype):
+                if not self.c.broker_config.enablePropertyFilter:
+                    return reply(ResponseCode.SYSTEM_ERROR,
+                                 f"The broker does not support consumer to filter message by {etype} "
+                                 "(set enablePropertyFilter=true to allow it)")
+                try:
+                    compile_expression(sub.get("subString"), etype)
+                except SubscriptionParseError as e:
+                    log.warning("check_client_config_parse_failed", client_id=body.get("clientId"),
+                                group=body.get("group"), expression=sub.get("subString"), error=str(e))
+                    return reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
         return reply(ResponseCode.SUCCESS)

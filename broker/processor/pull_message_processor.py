@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker import mix_all
-from broker.filter import EXPRESSION_TYPE_TAG, ExpressionMessageFilter, SubscriptionParseError
+from broker.filter import (
+    EXPRESSION_TYPE_TAG,
+    ExpressionForRetryMessageFilter,
+    ExpressionMessageFilter,
+    SubscriptionParseError,
+    is_tag_type,
+)
 from broker.longpolling.pull_request_hold_service import PullRequest
 from broker.mix_all import PullSysFlag
 from broker.processor.common import (
@@ -135,7 +141,17 @@ class PullMessageProcessor:
 
     # ------------------------------------------------------------------ the pull
 
-    def _message_filter(self, h: PullMessageRequestHeader, has_subscription_flag: bool) -> ExpressionMessageFilter:
+    def _message_filter(
+        self, h: PullMessageRequestHeader, has_subscription_flag: bool
+    ) -> ExpressionMessageFilter | ExpressionForRetryMessageFilter:
+        f = self._subscription_filter(h, has_subscription_flag)
+        if self.c.broker_config.filterSupportRetry and h.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
+            return ExpressionForRetryMessageFilter(f, h.consumer_group, self.c.consumer_filter_manager)
+        return f
+
+    def _subscription_filter(self, h: PullMessageRequestHeader, has_subscription_flag: bool) -> ExpressionMessageFilter:
+        """The pull's own subscription (the subscription flag: RocketMQ's pull and lite pull consumers,
+        and ours), else what its group registered by heartbeat (Java's push consumer)."""
         c = self.c
         if has_subscription_flag:
             key = (h.subscription, h.expression_type)
@@ -165,7 +181,16 @@ class PullMessageProcessor:
                                    f"the consumer's subscription not exist, group {h.consumer_group} topic {h.topic}"))
         if sd.sub_version < h.sub_version:
             raise BadRequest(reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"))
-        return ExpressionMessageFilter.from_subscription(sd)
+        if is_tag_type(sd.expression_type):
+            return ExpressionMessageFilter.from_subscription(sd)
+        data = c.consumer_filter_manager.get(h.topic, h.consumer_group)
+        if data is None:
+            raise BadRequest(reply(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                   f"The broker's consumer filter data is not exist! Your expression may be wrong! "
+                                   f"group {h.consumer_group} topic {h.topic} expression {sd.sub_string!r}"))
+        if data.client_version < h.sub_version:
+            raise BadRequest(reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest"))
+        return data.message_filter
 
     def _process(
         self,
@@ -212,10 +237,10 @@ class PullMessageProcessor:
 
         message_filter = self._message_filter(h, bool(sys_flag & _FLAG_SUBSCRIPTION))
         et = message_filter.expression_type
-        if et is not None and et != "" and et != EXPRESSION_TYPE_TAG:  # is_tag_type
-            # SQL92 property filtering is not implemented yet: refuse rather than deliver unfiltered.
+        if et is not None and et != "" and et != EXPRESSION_TYPE_TAG and not bc.enablePropertyFilter:  # is_tag_type
             return reply(ResponseCode.SYSTEM_ERROR,
-                         f"The broker does not support consumer to filter message by {message_filter.expression_type}")
+                         f"The broker does not support consumer to filter message by {et} "
+                         "(set enablePropertyFilter=true to allow it)")
 
         commit = broker_allow_suspend and sys_flag & _FLAG_COMMIT_OFFSET
         store = c.message_store
