@@ -36,6 +36,7 @@ from .consumer import (
     ConsumeOrderlyStatus,
     LitePullConsumer,
     MessageModel,
+    MessageSelector,
     PushConsumer,
 )
 from .errors import (
@@ -111,6 +112,7 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "LitePullConsumer",
     "MessageModel",
+    "MessageSelector",
     "PushConsumer",
 ]
 

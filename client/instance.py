@@ -39,6 +39,7 @@ from remoting.body import (
     HeartbeatData,
     ProducerData,
     ResetOffsetBody,
+    SubscriptionData,
     TopicRouteData,
 )
 from remoting.client import RemotingClient
@@ -580,6 +581,41 @@ class MQClientInstance:
     async def _heartbeat_tick(self) -> None:
         self.clean_offline_broker()
         await self.send_heartbeat_to_all_brokers()
+
+    async def check_client_in_broker(self, group: str, subscriptions: Iterable[SubscriptionData]) -> None:
+        """CHECK_CLIENT_CONFIG for each non-TAG (SQL92) subscription with every master of its topic, as
+        RocketMQ's consumers do when they start: MQClientError when a broker refuses it (the
+        expression does not compile, or the broker runs without enablePropertyFilter). A broker that
+        cannot be reached is skipped (logged): its answer comes with the first pull."""
+        timeout = self.config.mq_client_api_timeout
+        for sd in list(subscriptions):
+            if sd.expression_type in ("", "TAG"):
+                continue
+            route = self.topic_route_table.get(sd.topic)
+            for bd in route.broker_datas if route else ():
+                addr = bd.broker_addrs.get(MASTER_ID)
+                if not addr:
+                    continue
+                try:
+                    await self.api.check_client_in_broker(addr, group, self.client_id, sd, timeout)
+                except MQBrokerError as e:
+                    raise MQClientError(
+                        f"broker {bd.broker_name} ({addr}) refuses the {sd.expression_type} subscription "
+                        f"{sd.sub_string!r} of group {group} to topic {sd.topic}: {e}"
+                    ) from e
+                except RemotingError as e:
+                    log.warning("check_client_in_broker_failed", broker=bd.broker_name, addr=addr, group=group,
+                                topic=sd.topic, error=str(e))
+
+    async def check_subscription_soft(self, group: str, sd: SubscriptionData | None) -> None:
+        """check_client_in_broker for a subscription made while running: a refusal is logged (the
+        consumer keeps its other subscriptions; the pulls of this one get the broker's error)."""
+        if sd is None:
+            return
+        try:
+            await self.check_client_in_broker(group, (sd,))
+        except MQClientError as e:
+            log.error("subscription_refused", group=group, topic=sd.topic, error=str(e))
 
     async def send_heartbeat_to_all_brokers(self) -> int:
         """Returns how many brokers took the heartbeat."""

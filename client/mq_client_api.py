@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from remoting.body import (
+    CheckClientRequestBody,
     ClusterInfo,
     ConsumerConnection,
     ConsumeStats,
@@ -26,6 +27,7 @@ from remoting.body import (
     LockBatchResponseBody,
     ProducerConnection,
     ResetOffsetBody,
+    SubscriptionData,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
     TopicConfigSerializeWrapper,
@@ -668,6 +670,14 @@ class MQClientAPIImpl:
         if isinstance(kinds, str) and "MSGPACK" in kinds.split(","):
             self.remoting.addr_serialize_types[addr] = SerializeType.MSGPACK
         return resp.version
+
+    async def check_client_in_broker(
+        self, addr: str, group: str, client_id: str, subscription: SubscriptionData, timeout_ms: float | None = None
+    ) -> None:
+        """CHECK_CLIENT_CONFIG: raises MQBrokerError when the broker cannot filter by `subscription`
+        (SUBSCRIPTION_PARSE_FAILED: the expression is not valid; SYSTEM_ERROR: property filtering is off)."""
+        body = CheckClientRequestBody(client_id=client_id, group=group, subscription_data=subscription).encode()
+        await self._call(addr, RequestCode.CHECK_CLIENT_CONFIG, body=body, timeout_ms=timeout_ms)
 
     async def unregister_client(
         self,

@@ -326,6 +326,7 @@ from collections.abc import Iterator  # noqa: E402
 
 from .consumer import lite_pull_consumer as _lite  # noqa: E402
 from .consumer import push_consumer as _push  # noqa: E402
+from .consumer.filter import MessageSelector  # noqa: E402
 from .message import MessageExt  # noqa: E402
 
 __all__ += ["LitePullConsumer", "PushConsumer"]
@@ -360,7 +361,7 @@ class PushConsumer:
     def running(self) -> bool:
         return self._c.running
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*") -> None:
         if self._c.running:
             self._runner.run(_call(lambda: self._c.subscribe(topic, expression)))
         else:
@@ -431,7 +432,7 @@ class LitePullConsumer:
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
         return self._runner.run(coro, timeout)
 
-    def subscribe(self, topic: str, expression: str | None = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = "*") -> None:
         self._run(_call(lambda: self._c.subscribe(topic, expression)))
 
     def unsubscribe(self, topic: str) -> None:

@@ -4,7 +4,7 @@ Modules: `push_consumer`, `lite_pull_consumer` (the public classes), `rebalance`
 assignment), `pull_service` + `pull_api` (pull loops, long polling), `process_queue` (per-queue
 cache and commit point), `consume_service` (listener execution), `offset_store` (broker / local
 file offsets), `listener` (statuses, contexts, MessageModel, ConsumeFromWhere), `filter` (tag
-expressions), `allocate` (queue allocation strategies).
+expressions and SQL92 selectors: MessageSelector), `allocate` (queue allocation strategies).
 """
 
 from .allocate import (
@@ -15,6 +15,7 @@ from .allocate import (
     AllocateMessageQueueConsistentHash,
     AllocateMessageQueueStrategy,
 )
+from .filter import MessageSelector
 from .listener import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -45,6 +46,7 @@ __all__ = [
     "LitePullConsumer",
     "LocalFileOffsetStore",
     "MessageModel",
+    "MessageSelector",
     "OffsetStore",
     "ProcessQueue",
     "PushConsumer",

@@ -55,7 +55,7 @@ from ..reader import QueueReader
 from ..route import topic_route_to_subscribe_info
 from ..validators import check_group
 from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
-from .filter import SUB_ALL, build_subscription_data
+from .filter import SUB_ALL, MessageSelector, build_subscription_data
 from .listener import ConsumeFromWhere, ConsumeType, MessageModel
 from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from .process_queue import ProcessQueue
@@ -215,8 +215,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
         elif self._mode is not mode:
             raise MQClientError("Subscribe and assign are mutually exclusive.")
 
-    def subscribe(self, topic: str, expression: str | None = SUB_ALL) -> None:
-        """Join the group's rebalance for `topic` with a tag expression."""
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = SUB_ALL) -> None:
+        """Join the group's rebalance for `topic` with a tag expression or a MessageSelector (SQL92 too)."""
         self._set_mode(_Mode.SUBSCRIBE)
         self._subscriptions[topic] = build_subscription_data(topic, expression)
         if self.running:
@@ -226,6 +226,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
     async def _after_subscribe(self, topic: str) -> None:
         with contextlib.suppress(MQClientError, MQBrokerError, RemotingError):
             await self.instance.update_topic_route_info_from_name_server(topic)
+        await self.instance.check_subscription_soft(self._group, self._subscriptions.get(topic))
         await self.do_rebalance()
 
     def unsubscribe(self, topic: str) -> None:
@@ -316,6 +317,11 @@ class LitePullConsumer(SubscriptionInfoHooks):
                     await inst.update_topic_route_info_from_name_server(topic)
                 except (MQClientError, MQBrokerError, RemotingError) as e:
                     log.warning("subscribe_route_not_found", group=self._group, topic=topic, error=str(e))
+            try:
+                await inst.check_client_in_broker(self._group, self._subscriptions.values())
+            except MQClientError:
+                await self.shutdown()
+                raise
             await inst.send_heartbeat_to_all_brokers()
             await self.do_rebalance()
         elif self._mode is _Mode.ASSIGN:

@@ -56,7 +56,7 @@ from ..message import Message, MessageQueue, PullResult, PullStatus
 from ..validators import CLIENT_INNER_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX, check_group
 from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from .consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService
-from .filter import SUB_ALL, build_subscription_data
+from .filter import SUB_ALL, MessageSelector, build_subscription_data
 from .listener import ConsumeFromWhere, ConsumeType, MessageModel
 from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from .process_queue import REBALANCE_LOCK_INTERVAL_MS, ProcessQueue
@@ -242,8 +242,9 @@ class PushConsumer(SubscriptionInfoHooks):
         return self.instance.client_id
 
     # ------------------------------------------------------------------ configuration
-    def subscribe(self, topic: str, expression: str | None = SUB_ALL) -> None:
-        """Subscribe a topic with a tag expression (`*`, `TagA || TagB`); allowed after start too."""
+    def subscribe(self, topic: str, expression: str | MessageSelector | None = SUB_ALL) -> None:
+        """Subscribe a topic with a tag expression (`*`, `TagA || TagB`) or a MessageSelector
+        (`MessageSelector.by_sql("a > 5")`); allowed after start too."""
         sd = build_subscription_data(topic, expression)
         self._subscriptions[topic] = sd
         if self.running:
@@ -254,6 +255,7 @@ class PushConsumer(SubscriptionInfoHooks):
     async def _after_subscribe(self, topic: str) -> None:
         with contextlib.suppress(MQClientError, MQBrokerError, RemotingError):
             await self.instance.update_topic_route_info_from_name_server(topic)
+        await self.instance.check_subscription_soft(self._group, self._subscriptions.get(topic))
         await self.do_rebalance()
 
     def unsubscribe(self, topic: str) -> None:
@@ -371,6 +373,11 @@ class PushConsumer(SubscriptionInfoHooks):
             except (MQClientError, MQBrokerError, RemotingError) as e:
                 if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     log.warning("subscribe_route_not_found", group=self._group, topic=topic, error=str(e))
+        try:
+            await inst.check_client_in_broker(self._group, self._subscriptions.values())
+        except MQClientError:
+            await self.shutdown()
+            raise
         await inst.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
 
