@@ -18,7 +18,7 @@ paces the producer to N msgs/s in total (e.g. the "e2e at 10 000 msg/s" workload
 What the messages carry and how they are consumed follow RocketMQ's benchmark options: the producer's
 `--keys` (a key per message, the send second: the broker indexes it), `--tag-count N` (tags tag0..tagN-1),
 `--property-size N` (user properties of about N characters) and `--delay-level L` (delayed delivery); the
-consumer's `--expression` (a tag expression the broker filters by), `--threads` (consume threads),
+consumer's `--expression` (a tag expression the broker filters by; SQL92 with `-f SQL92`), `--threads` (consume threads),
 `--fail-rate R` (that share of listener calls answers RECONSUME_LATER, or suspends an orderly queue, and is
 counted as failures: the messages come back through the retry topic), `--listener thread` (a plain function
 run in the consume threads, the way RocketMQ's listeners are written, instead of an `async def` on the loop)
@@ -49,10 +49,13 @@ from typing import Any
 
 import click
 
+from remoting.errors import RemotingError
 from remoting.log import configure_logging
 from remoting.loop import run as run_loop
 
 from ..config import NAMESRV_ADDR_ENV, ClientConfig
+from ..consumer.filter import MessageSelector
+from ..errors import MQBrokerError, MQClientError
 from ..message import Message
 
 E2E_PROPERTY = "__BENCH_SEND_NS"
@@ -339,7 +342,7 @@ async def run_consumer(
     e2e: bool,
     json_out: bool,
     idle_poll_us: int = 0,
-    expression: str = "*",
+    expression: str | MessageSelector = "*",
     threads: int = 20,
     fail_rate: float = 0.0,
     listener: str = "async",
@@ -515,7 +518,9 @@ def producer(
 @click.option("--mode", type=click.Choice(["push", "litepull"]), default="push", show_default=True)
 @click.option("--from-first", is_flag=True, help="start from the first offset (default: last)")
 @click.option("-e", "--expression", default="*", show_default=True,
-              help='tag expression the broker filters by, e.g. "tag1 || tag2"')
+              help='expression the broker filters by: tags, e.g. "tag1 || tag2", or SQL92 with -f SQL92')
+@click.option("-f", "--filter-type", "filter_type", type=click.Choice(["TAG", "SQL92"]), default="TAG",
+              show_default=True, help="how --expression is read (SQL92 needs a broker with enablePropertyFilter=true)")
 @click.option("--threads", type=click.IntRange(1, 1000), default=None,
               help="push: consume threads (consume_thread_min and max)  [default: 20]")
 @click.option("--fail-rate", "fail_rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
@@ -527,7 +532,7 @@ def producer(
 def consumer(
     namesrv: str | None, topic: str, duration: float | None, count: int | None, json_out: bool, e2e: bool,
     idle_poll_us: int, report_interval: float, group: str, mode: str, from_first: bool, expression: str,
-    threads: int | None, fail_rate: float, listener: str, orderly: bool,
+    filter_type: str, threads: int | None, fail_rate: float, listener: str, orderly: bool,
 ) -> None:
     """Consume messages and report throughput (and end-to-end latency with --e2e)."""
     if duration is None and count is None:
@@ -539,7 +544,8 @@ def consumer(
                 raise click.UsageError(f"{name} is for --mode push (a lite pull consumer's application polls)")
     run_loop(run_consumer(
         _namesrv(namesrv), topic, group, mode, duration, count, from_first, e2e, json_out, idle_poll_us,
-        expression, threads or 20, fail_rate, listener, orderly, report_interval,
+        MessageSelector.by_sql(expression) if filter_type == "SQL92" else expression, threads or 20, fail_rate,
+        listener, orderly, report_interval,
     ))
 
 
@@ -552,6 +558,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as e:
         e.show()
         return int(e.exit_code)
+    except (MQClientError, MQBrokerError, RemotingError) as e:
+        # e.g. a consumer whose broker refuses its subscription: say why, without a traceback
+        if os.environ.get("RMQ_DEBUG"):
+            raise
+        click.echo(f"mqbench: {type(e).__name__}: {e}", err=True)
+        return 1
     except KeyboardInterrupt:
         return 130
     return rv if isinstance(rv, int) else 0

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.daemons import BIN, Daemon
+from tests.support.daemons import BIN, Daemon, start_broker
 
 MQBENCH = [sys.executable, str(BIN / "mqbench")]
 
@@ -187,3 +187,36 @@ def test_delayed_messages_arrive_a_level_later(cluster: tuple[str, str, Daemon])
     assert s["failures"] == 0
     # Level 1 is 1 s (messageDelayLevel "1s 5s ..."): without the delay they would arrive in milliseconds.
     assert c["msgs"] == 5 and 900 <= c["e2e_p50_ms"] <= 5000, c
+
+
+def test_sql92_consumer_filter(namesrv: str, tmp_path: Path) -> None:
+    """`-f SQL92`: the broker evaluates the expression on each message's properties (RocketMQ's benchmark
+    consumer's -f/-e); a broker without enablePropertyFilter makes the consumer fail at start, saying why."""
+    topic = "BenchSql"
+    d, _addr = start_broker(tmp_path, namesrv, extra={"enablePropertyFilter": "true"})
+    try:
+        p = subprocess.run([sys.executable, str(BIN / "mqadmin"), "updateTopic", "-n", namesrv, "-c",
+                            "DefaultCluster", "-t", topic, "-r", "2", "-w", "2"], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stdout + p.stderr
+        for extra in (["--tag-count", "1", "--property-size", "20"], []):
+            rc, lines, out = _run(["producer", "-n", namesrv, "-t", topic, "--mode", "async", "--count", "50",
+                                   *extra, "--json"])
+            assert rc == 0 and _summary(lines, out)["msgs"] == 50, out
+        rc, lines, out = _run(["consumer", "-n", namesrv, "-t", topic, "-g", "bench_sql", "--from-first", "-f",
+                               "SQL92", "-e", "TAGS = 'tag0' AND prop0 STARTSWITH 'hello'", "--duration", "6",
+                               "--json"])
+        assert rc == 0, out
+        assert _summary(lines, out)["msgs"] == 50  # the 50 tagged ones, with user properties
+    finally:
+        d.terminate()
+    d, addr = start_broker(tmp_path, namesrv, name="broker-plain")
+    try:
+        p = subprocess.run([sys.executable, str(BIN / "mqadmin"), "updateTopic", "-n", namesrv, "-b", addr,
+                            "-t", topic], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stdout + p.stderr
+        rc, _lines, out = _run(["consumer", "-n", namesrv, "-t", topic, "-g", "bench_sql2", "-f", "SQL92",
+                                "-e", "a > 1", "--duration", "3"])
+        assert rc != 0 and "enablePropertyFilter" in out and "Traceback" not in out, out
+    finally:
+        d.terminate()
