@@ -609,6 +609,32 @@ _HOST_CACHE: dict[bytes, str] = {}
 _HOST_CACHE_MAX = 1024
 
 
+def decode_record_properties(buf: bytes | bytearray | memoryview) -> dict[str, str]:
+    """The properties of the one record in `buf`, read straight from its size fields without building a
+    MessageExt (what a broker's property filter needs of each record it scans: ~1 us against ~4 for
+    decode_message). ValueError when the record is corrupt."""
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(mv)
+    if end < _MIN_SIZE[0]:
+        raise ValueError(f"truncated message record: {end} bytes")
+    sys_flag = _I32.unpack_from(mv, RecordLayout.SYS_FLAG_POS)[0]
+    k = (sys_flag >> 4) & 0x3
+    if end < _MIN_SIZE[k]:
+        raise ValueError(f"truncated message record: {end} bytes")
+    body_len = _I32.unpack_from(mv, _BODY_LEN_POS[k])[0]
+    pos = _BODY_LEN_POS[k] + 4 + body_len
+    if body_len < 0 or pos + 3 > end:
+        raise ValueError(f"corrupt record: body length {body_len}")
+    pos += 1 + mv[pos]
+    if pos + 2 > end:
+        raise ValueError("corrupt record: topic overruns the record")
+    props_len = _I16.unpack_from(mv, pos)[0]
+    pos += 2
+    if props_len < 0 or pos + props_len > end:
+        raise ValueError(f"corrupt record: properties length {props_len}")
+    return decode_properties(str(mv[pos : pos + props_len], "utf-8", "replace")) if props_len > 0 else {}
+
+
 def _cached_host(ip: bytes) -> str:
     host = _HOST_CACHE.get(ip)
     if host is None:

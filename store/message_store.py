@@ -29,6 +29,7 @@ from remoting.message import (
     MessageExt,
     MessageSysFlag,
     decode_message,
+    decode_record_properties,
     java_string_hash,
 )
 
@@ -1009,9 +1010,8 @@ class DefaultMessageStore:
                 continue
             sel = cur_mv[rel : rel + size_py]  # type: ignore[index]
             if cl_filter is not None:
-                props = None
                 try:
-                    props = decode_message(sel, read_body=False)[0].properties
+                    props = decode_record_properties(sel)
                 except ValueError:
                     props = None
                 if not cl_filter(sel, props):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from broker.filter.sql92 import Selector, SelectorParseError, compile_selector
 from remoting.body import SubscriptionData
-from remoting.message import MessageConst, decode_message, java_string_hash
+from remoting.message import MessageConst, decode_record_properties, java_string_hash
 
 if TYPE_CHECKING:
     from broker.filter.consumer_filter_manager import ConsumerFilterManager
@@ -159,6 +159,6 @@ class ExpressionForRetryMessageFilter:
 
 def _properties_of(msg_buffer: object) -> dict[str, str] | None:
     try:
-        return decode_message(msg_buffer, read_body=False)[0].properties  # type: ignore[arg-type]
+        return decode_record_properties(msg_buffer)  # type: ignore[arg-type]
     except ValueError:
         return None

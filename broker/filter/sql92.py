@@ -58,7 +58,11 @@ _JAVA_DOUBLE = re.compile(
 
 
 def _java_int(s: str) -> int:
-    if _JAVA_INTEGER.fullmatch(s):
+    if s.isdigit() and s.isascii():  # (the usual case, without the regex)
+        v = int(s)
+        if v <= _INT_MAX:
+            return v
+    elif _JAVA_INTEGER.fullmatch(s):
         v = int(s)
         if _INT_MIN <= v <= _INT_MAX:
             return v

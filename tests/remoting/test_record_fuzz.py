@@ -12,6 +12,7 @@ from remoting.message import (
     MessageSysFlag,
     decode_message,
     decode_messages,
+    decode_record_properties,
     encode_message_record,
     encode_properties,
 )
@@ -58,3 +59,32 @@ def test_mutated_records_decode_or_raise_value_error(seed: int) -> None:
             continue
         decoded += 1
     assert decoded > 1000 and refused > 1000
+
+
+def test_record_properties_read_alone_match_the_full_decode_and_refuse_corruption() -> None:
+    """decode_record_properties (a broker's SQL92 filter reads each scanned record's properties with it):
+    the properties decode_message finds, IPv4 and IPv6 layouts alike; a mutated or cut record gives a
+    ValueError or a dict, never another exception."""
+    good = records()
+    pos = 0
+    seen = 0
+    while pos < len(good):
+        m, end = decode_message(good, pos)
+        assert decode_record_properties(memoryview(good)[pos:end]) == m.properties and m.properties
+        pos = end
+        seen += 1
+    assert seen == 12
+    first = bytes(memoryview(good)[: decode_message(good)[1]])
+    rnd = random.Random(3)
+    refused = 0
+    for _ in range(4000):
+        b = bytearray(first)
+        for _ in range(rnd.randint(1, 3)):
+            b[rnd.randrange(len(b))] = rnd.randrange(256)
+        if rnd.random() < 0.3:
+            del b[rnd.randrange(len(b)) :]
+        try:
+            assert isinstance(decode_record_properties(bytes(b)), dict)
+        except ValueError:
+            refused += 1
+    assert refused > 500
