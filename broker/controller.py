@@ -524,6 +524,8 @@ class BrokerController:
         if "channelExpiredTimeout" in changed:
             self.consumer_manager.channel_expired_timeout_ms = bc.channelExpiredTimeout
             self.producer_manager.channel_expired_timeout_ms = bc.channelExpiredTimeout
+        if "filterDataCleanTimeSpan" in changed:
+            self.consumer_filter_manager.clean_time_span_ms = bc.filterDataCleanTimeSpan
         if "maxHeldPullRequests" in changed:
             self.pull_request_hold_service.max_held = bc.maxHeldPullRequests
         if "serverIdlePollMicros" in changed:

@@ -88,6 +88,10 @@ async def test_sql_pull_on_a_broker_without_property_filtering_is_refused(tmp_pa
         await fill(h, "S", 2)
         r = await h.call(sql_pull("S", 0, "price > 0"))
         assert r.code == ResponseCode.SYSTEM_ERROR and "enablePropertyFilter" in r.remark
+        # updateBrokerConfig turns it on without a restart
+        await h.controller.update_config({"enablePropertyFilter": "true", "filterDataCleanTimeSpan": "60000"})
+        assert bodies(await h.call(sql_pull("S", 0, "price > 0"))) == [b"m1"]
+        assert h.controller.consumer_filter_manager.clean_time_span_ms == 60000
 
 
 async def test_java_push_consumer_pulls_by_the_expression_its_heartbeat_registered(tmp_path: Path) -> None:
