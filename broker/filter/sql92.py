@@ -220,41 +220,33 @@ def _operands(n: _Node, op: str) -> list[_Node]:
     return list(v[1]) if n.kind == BOOL and type(v) is tuple and v[0] == op else [n]
 
 
-def _and(a: _Node, b: _Node) -> _Node:
-    """Three-valued AND, left to right, stopping at the first FALSE. A chain of them is one node, so
-    evaluating `x AND y AND ...` does not recurse once per operand."""
-    operands = _operands(a, "AND") + [b]
+def _chain(op: str, a: _Node, b: _Node) -> _Node:
+    """Three-valued AND (op "AND": stops at the first FALSE) or OR ("OR": at the first TRUE), left to
+    right. A chain of one operator is one node, so evaluating `x AND y AND ...` does not recurse once
+    per operand."""
+    stop = op == "OR"  # the value that decides the chain
+    operands = _operands(a, op) + [b]
     fns = tuple(n.fn for n in operands)
 
     def fn(p: Props) -> bool | None:
         unknown = False
         for f in fns:
             v = f(p)
-            if v is False:
-                return False
+            if v is stop:
+                return stop
             if v is None:
                 unknown = True
-        return None if unknown else True
+        return None if unknown else not stop
 
-    return _Node(BOOL, fn, "(AND " + ", ".join(n.text for n in operands) + ")", ("AND", operands))
+    return _Node(BOOL, fn, f"({op} " + ", ".join(n.text for n in operands) + ")", (op, operands))
+
+
+def _and(a: _Node, b: _Node) -> _Node:
+    return _chain("AND", a, b)
 
 
 def _or(a: _Node, b: _Node) -> _Node:
-    """Three-valued OR, left to right, stopping at the first TRUE (one node per chain, as _and)."""
-    operands = _operands(a, "OR") + [b]
-    fns = tuple(n.fn for n in operands)
-
-    def fn(p: Props) -> bool | None:
-        unknown = False
-        for f in fns:
-            v = f(p)
-            if v is True:
-                return True
-            if v is None:
-                unknown = True
-        return None if unknown else False
-
-    return _Node(BOOL, fn, "(OR " + ", ".join(n.text for n in operands) + ")", ("OR", operands))
+    return _chain("OR", a, b)
 
 
 def _negate(n: _Node) -> _Node:

@@ -8,10 +8,12 @@ retried messages come back quickly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -32,26 +34,32 @@ class ConsumerCluster:
     daemons: dict[str, Daemon]
 
 
-@pytest.fixture(scope="module")
-def mq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsumerCluster]:
-    tmp = tmp_path_factory.mktemp("consumer-cluster")
+@contextlib.contextmanager
+def consumer_cluster(tmp: Path, brokers: dict[str, dict[str, object]]) -> Iterator[ConsumerCluster]:
+    """A real NameServer and one real broker per `brokers` entry (name -> extra config), stopped by PID
+    on the way out."""
     started: list[Daemon] = []
     try:
         ns, ns_addr = start_namesrv(tmp)
         started.append(ns)
-        brokers: dict[str, str] = {}
+        addrs: dict[str, str] = {}
         daemons = {"namesrv": ns}
-        for name in ("broker-a", ROOM_BROKER):
-            d, addr = start_broker(
-                tmp, ns_addr, name=name, extra={"messageDelayLevel": FAST_DELAY_LEVELS}
-            )
+        for name, extra in brokers.items():
+            d, addr = start_broker(tmp, ns_addr, name=name, extra=extra)
             started.append(d)
-            brokers[name] = addr
+            addrs[name] = addr
             daemons[name] = d
-        yield ConsumerCluster(ns_addr, brokers, daemons)
+        yield ConsumerCluster(ns_addr, addrs, daemons)
     finally:
         for d in reversed(started):
             d.terminate()
+
+
+@pytest.fixture(scope="module")
+def mq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsumerCluster]:
+    extra: dict[str, object] = {"messageDelayLevel": FAST_DELAY_LEVELS}
+    with consumer_cluster(tmp_path_factory.mktemp("consumer-cluster"), {"broker-a": extra, ROOM_BROKER: extra}) as c:
+        yield c
 
 
 @pytest.fixture

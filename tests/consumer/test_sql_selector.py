@@ -19,29 +19,19 @@ from client import (
 )
 from client.errors import MQClientError
 from client.message import MessageExt
-from tests.support.daemons import Daemon, start_broker, start_namesrv
 
-from .conftest import ConsumerCluster, create_topic, wait_until
+from .conftest import ConsumerCluster, consumer_cluster, create_topic, wait_until
 
 SELECTOR = "region = 'eu' AND price >= 10 OR TAGS = 'urgent'"
 
 
 @pytest.fixture(scope="module")
 def sql_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsumerCluster]:
-    tmp = tmp_path_factory.mktemp("sql-cluster")
-    started: list[Daemon] = []
-    try:
-        ns, ns_addr = start_namesrv(tmp)
-        started.append(ns)
-        brokers: dict[str, str] = {}
-        for name, sql in (("broker-a", "true"), ("broker-b", "false")):
-            d, addr = start_broker(tmp, ns_addr, name=name, extra={"enablePropertyFilter": sql})
-            started.append(d)
-            brokers[name] = addr
-        yield ConsumerCluster(ns_addr, brokers, {"namesrv": ns})
-    finally:
-        for d in reversed(started):
-            d.terminate()
+    brokers: dict[str, dict[str, object]] = {
+        "broker-a": {"enablePropertyFilter": "true"}, "broker-b": {"enablePropertyFilter": "false"},
+    }
+    with consumer_cluster(tmp_path_factory.mktemp("sql-cluster"), brokers) as c:
+        yield c
 
 
 async def send_mix(namesrv: str, topic: str, n: int = 40, prefix: str = "m") -> set[bytes]:
