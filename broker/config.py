@@ -97,7 +97,11 @@ class BrokerConfig(BaseModel):
     consumerManageThreadPoolNums: int = Field(default=32, ge=1)
     heartbeatThreadPoolNums: int = Field(default=32, ge=1)
     endTransactionThreadPoolNums: int = Field(default=64, ge=1)
+    # Replies wait for the requester to take their push (up to 10 s): their own family, so a slow
+    # requester never holds up sends.
+    processReplyMessageThreadPoolNums: int = Field(default=20, ge=1)
     sendThreadPoolQueueCapacity: int = Field(default=10000, ge=1)
+    replyThreadPoolQueueCapacity: int = Field(default=10000, ge=1)
     pullThreadPoolQueueCapacity: int = Field(default=100000, ge=1)
     queryThreadPoolQueueCapacity: int = Field(default=20000, ge=1)
     clientManagerThreadPoolQueueCapacity: int = Field(default=1000000, ge=1)

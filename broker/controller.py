@@ -48,6 +48,7 @@ from broker.processor.client_manage_processor import ClientManageProcessor
 from broker.processor.consumer_manage_processor import ConsumerManageProcessor
 from broker.processor.pull_message_processor import PullMessageProcessor
 from broker.processor.query_message_processor import QueryMessageProcessor
+from broker.processor.reply_message_processor import REPLY_CODES, ReplyMessageProcessor
 from broker.processor.send_message_processor import SendMessageProcessor
 from broker.schedule import ScheduleMessageService
 from broker.stats import BrokerStatsManager
@@ -179,6 +180,7 @@ class BrokerController:
         self.store_host: tuple[str, int] = (bc.brokerIP1, bc.listenPort)
         self.dispatcher = RequestDispatcher()
         self.send_message_processor = SendMessageProcessor(self)
+        self.reply_message_processor = ReplyMessageProcessor(self, self.send_message_processor)
         # Delayed messages: DELAY -> SCHEDULE_TOPIC_XXXX on send, re-put to the real topic when due.
         self.schedule_message_service = ScheduleMessageService(
             self.message_store, self.store_config,
@@ -252,9 +254,12 @@ class BrokerController:
         d.add_group("consumer_manage", concurrency=bc.consumerManageThreadPoolNums,
                     max_pending=min(bc.consumerManagerThreadPoolQueueCapacity, 100000))
         d.add_group("heartbeat", concurrency=bc.heartbeatThreadPoolNums, max_pending=bc.heartbeatThreadPoolQueueCapacity)
+        d.add_group("reply", concurrency=bc.processReplyMessageThreadPoolNums,
+                    max_pending=bc.replyThreadPoolQueueCapacity)
         d.add_group("end_transaction", concurrency=bc.endTransactionThreadPoolNums,
                     max_pending=bc.endTransactionPoolQueueCapacity)
         d.register(SEND_CODES, self.send_message_processor.process_request, group="send")
+        d.register(REPLY_CODES, self.reply_message_processor.process_request, group="reply")
         d.register(RequestCode.PULL_MESSAGE, self.pull_message_processor.process_request, group="pull")
         d.register(QUERY_CODES, self.query_message_processor.process_request, group="query")
         d.register(RequestCode.HEART_BEAT, self.client_manage_processor.process_request, group="heartbeat")

@@ -167,6 +167,27 @@ class SendMessageRequestHeader(CommandHeader):
     max_reconsume_times: int | None = None
 
 
+@header
+class ReplyMessageRequestHeader(CommandHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (broker -> requesting client): the reply's send header, plus where it
+    was born and stored."""
+
+    producer_group: str
+    topic: str
+    born_host: str
+    store_host: str
+    default_topic: str = "TBW102"
+    default_topic_queue_nums: int = 4
+    queue_id: int = -1
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    flag: int = 0
+    properties: str | None = None
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    store_timestamp: int = 0
+
+
 # SEND_MESSAGE_V2 short names (RocketMQ's SendMessageRequestHeaderV2).
 SEND_V2_SHORT_NAMES = {
     "a": "producerGroup",
