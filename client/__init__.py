@@ -49,6 +49,7 @@ from .errors import (
     RemotingConnectError,
     RemotingError,
     RemotingTimeout,
+    RequestTimeoutError,
     SystemBusyError,
     TopicNotExistError,
     error_for_code,
@@ -62,6 +63,7 @@ from .message import (
     PullStatus,
     SendResult,
     SendStatus,
+    create_reply_message,
 )
 from .producer import (
     MessageQueueSelector,
@@ -83,6 +85,7 @@ __all__ = [
     "MessageQueue",
     "MessageQueueSelector",
     "NoNameServerError",
+    "RequestTimeoutError",
     "NoRouteError",
     "NotStartedError",
     "Producer",
@@ -98,6 +101,7 @@ __all__ = [
     "SystemBusyError",
     "TopicNotExistError",
     "error_for_code",
+    "create_reply_message",
     "get_client_manager",
     # consumers
     "AllocateMessageQueueAveragely",

@@ -52,6 +52,7 @@ __all__ = [
     "ServiceNotAvailableError",
     "SubscriptionGroupNotExistError",
     "SubscriptionNotExistError",
+    "RequestTimeoutError",
     "SystemBusyError",
     "TopicExistAlreadyError",
     "TopicNotExistError",
@@ -85,6 +86,11 @@ class NoRouteError(MQClientError):
 
 class NoNameServerError(MQClientError):
     """No NameServer address configured, or none of them answered."""
+
+
+class RequestTimeoutError(MQClientError, TimeoutError):
+    """Producer.request() sent its message but no reply came within its timeout (RocketMQ's
+    RequestTimeoutException)."""
 
 
 class MQBrokerError(Exception):

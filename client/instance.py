@@ -28,6 +28,7 @@ import inspect
 import json
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,9 +53,10 @@ from remoting.headers import (
     GetConsumerRunningInfoRequestHeader,
     HeaderError,
     NotifyConsumerIdsChangedRequestHeader,
+    ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
-from remoting.message import MessageConst, MessageExt, decode_message
+from remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_message, decode_properties
 
 from .config import ClientConfig
 from .errors import MQBrokerError, MQClientError, NoNameServerError, NoRouteError, TopicNotExistError
@@ -136,6 +138,9 @@ class MQClientInstance:
         self.broker_addr_table: dict[str, dict[int, str]] = {}
         self.broker_version_table: dict[str, dict[str, int]] = {}
         self.rebalance_listeners: list[Callable[[], None]] = []
+        # Producer.request()s waiting for their reply, by CORRELATION_ID (RocketMQ's RequestFutureHolder);
+        # each leaves when answered or at its own timeout, so this holds only what is in flight.
+        self.request_futures: dict[str, asyncio.Future[MessageExt]] = {}
         self.rebalance_interval_s = 20.0
         self.refcount = 0
         self.started = False
@@ -715,6 +720,7 @@ class MQClientInstance:
         d.register(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._get_consumer_status, group="client")
         d.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._get_consumer_running_info, group="client")
         d.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self._consume_message_directly, group="client")
+        d.register(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, self._receive_reply_message, group="client")
 
     async def _check_transaction_state(self, ctx: RequestContext, cmd: RemotingCommand) -> None:
         try:
@@ -841,6 +847,43 @@ class MQClientInstance:
         if isinstance(result, ConsumeMessageDirectlyResult):
             return cmd.response(body=result.encode())
         return cmd.response(body=json.dumps(result, default=str).encode())
+
+
+    def _receive_reply_message(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: a reply to one of this client's Producer.request()s (matched by
+        CORRELATION_ID; a reply nobody waits for any more, its request timed out, is logged and dropped)."""
+        try:
+            h = ReplyMessageRequestHeader.decode(cmd.ext_fields)
+        except HeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad reply message: {e}")
+        body = cmd.body_bytes()
+        if h.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as e:
+                log.warning("reply_body_not_decompressed", broker=ctx.remote_addr, error=str(e))
+        props = decode_properties(h.properties)
+        props[MessageConst.PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(int(time.time() * 1000))
+        msg = MessageExt(
+            topic=h.topic, body=body, flag=h.flag, properties=props, queue_id=h.queue_id, sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp, born_host=_host_port(h.born_host), store_timestamp=h.store_timestamp,
+            store_host=_host_port(h.store_host), reconsume_times=h.reconsume_times or 0,
+        )
+        correlation_id = props.get(MessageConst.PROPERTY_CORRELATION_ID)
+        fut = self.request_futures.pop(correlation_id, None) if correlation_id else None
+        if fut is None:
+            log.warning("reply_not_matched", correlation_id=correlation_id, broker=ctx.remote_addr, born=h.born_host)
+        elif not fut.done():
+            fut.set_result(msg)
+        return cmd.response()
+
+
+def _host_port(s: str) -> tuple[str, int]:
+    host, _, port = s.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return s, 0
 
 
 class MQClientManager:

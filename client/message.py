@@ -26,6 +26,8 @@ from remoting.message import (
 from .errors import InvalidMessageError
 
 __all__ = [
+    "REPLY_MESSAGE_FLAG",
+    "create_reply_message",
     "Message",
     "MessageConst",
     "MessageExt",
@@ -218,6 +220,35 @@ class Message:
     def __repr__(self) -> str:
         size = len(self.body) if self.body is not None else 0
         return f"Message(topic={self.topic!r}, body=<{size} bytes>, properties={self.properties!r}, flag={self.flag})"
+
+
+# Request-reply (RocketMQ 4.6+): what a request carries and how its reply finds the requester.
+REPLY_MESSAGE_FLAG = "reply"  # MSG_TYPE of a reply (MixAll.REPLY_MESSAGE_FLAG)
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # a cluster's replies go to <cluster>_REPLY_TOPIC
+
+
+def create_reply_message(request: MessageExt, body: bytes | bytearray | memoryview | str) -> Message:
+    """The reply to a message sent with `Producer.request` (RocketMQ's MessageUtil.createReplyMessage):
+    send it with any producer's `send` and the broker pushes it to the requester, whose `request` returns
+    it. Raises MQClientError for a message that is not a request (no CLUSTER, REPLY_TO_CLIENT or
+    CORRELATION_ID property: the broker sets CLUSTER on every message it stores)."""
+    from .errors import MQClientError
+
+    props = request.properties
+    cluster = props.get(MessageConst.PROPERTY_CLUSTER)
+    missing = [k for k in (MessageConst.PROPERTY_CLUSTER, MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT,
+                           MessageConst.PROPERTY_CORRELATION_ID) if not props.get(k)]
+    if missing:
+        raise MQClientError(f"create reply message fail: the request message has no {', '.join(missing)} property "
+                            "(was it sent with Producer.request?)")
+    reply = Message(f"{cluster}_{REPLY_TOPIC_POSTFIX}", body)
+    reply.properties[MessageConst.PROPERTY_MESSAGE_TYPE] = REPLY_MESSAGE_FLAG
+    for k in (MessageConst.PROPERTY_CORRELATION_ID, MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT,
+              MessageConst.PROPERTY_MESSAGE_TTL):
+        v = props.get(k)
+        if v:
+            reply.properties[k] = v
+    return reply
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -278,6 +278,10 @@ class Producer:
     ) -> SendResult:
         return self._runner.run(self._p.send_orderly(msg, sharding_key, selector, timeout=timeout))
 
+    def request(self, msg: Message, timeout: float = 3000, *, queue: MessageQueue | None = None) -> MessageExt:
+        """Send `msg` and wait for its reply, `timeout` in milliseconds (see client.Producer.request)."""
+        return self._runner.run(self._p.request(msg, timeout, queue=queue), timeout / 1000 + 5.0)
+
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._runner.run(self._p.fetch_publish_message_queues(topic))
 

@@ -48,8 +48,9 @@ log = structlog.get_logger("client.producer.accumulator")
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 _TRAN = MessageConst.PROPERTY_TRANSACTION_PREPARED
 _PGROUP = MessageConst.PROPERTY_PRODUCER_GROUP
+_MSG_TYPE = MessageConst.PROPERTY_MESSAGE_TYPE  # a reply goes alone, as SEND_REPLY_MESSAGE_V2
 _WAIT = MessageConst.PROPERTY_WAIT_STORE_MSG_OK
-_NOT_BATCHED_PROPERTIES = (_DELAY, _TRAN, _PGROUP)
+_NOT_BATCHED_PROPERTIES = (_DELAY, _TRAN, _PGROUP, _MSG_TYPE)
 _RETRY_PREFIX = "%RETRY%"
 
 # Upstream's bounds (ProduceAccumulator.batchMaxDelayMs / batchMaxBytes).

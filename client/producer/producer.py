@@ -22,6 +22,7 @@ import collections
 import enum
 import inspect
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -44,9 +45,16 @@ from remoting.message import (
 )
 
 from ..config import ClientConfig
-from ..errors import InvalidMessageError, MQBrokerError, MQClientError, NotStartedError, annotate
+from ..errors import (
+    InvalidMessageError,
+    MQBrokerError,
+    MQClientError,
+    NotStartedError,
+    RequestTimeoutError,
+    annotate,
+)
 from ..instance import MQClientInstance, get_client_manager
-from ..message import Message, MessageQueue, SendResult, SendStatus, encode_batch_with_ids
+from ..message import REPLY_MESSAGE_FLAG, Message, MessageQueue, SendResult, SendStatus, encode_batch_with_ids
 from ..msg_id import create_uniq_id, create_uniq_ids
 from ..route import MASTER_ID, TopicPublishInfo
 from ..validators import (
@@ -82,6 +90,7 @@ DEFAULT_RETRY_RESPONSE_CODES: frozenset[int] = frozenset(
 
 _UNIQ = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _TRAN = MessageConst.PROPERTY_TRANSACTION_PREPARED
+_MSG_TYPE = MessageConst.PROPERTY_MESSAGE_TYPE
 _RECONSUME = MessageConst.PROPERTY_RECONSUME_TIME
 _MAX_RECONSUME = MessageConst.PROPERTY_MAX_RECONSUME_TIMES
 _OFFLOAD_COMPRESS_OVER = 256 * 1024  # compress bigger bodies in a worker thread
@@ -122,6 +131,8 @@ _get_running_loop = asyncio._get_running_loop  # None when no loop runs (a C cal
 class _Prepared:
     """A validated message in wire form: what every attempt re-sends."""
 
+    send_code = int(RequestCode.SEND_MESSAGE_V2)  # a single send's request code (a class attribute: no slot)
+
     __slots__ = (
         "topic",
         "body",
@@ -157,12 +168,20 @@ class _Prepared:
         self.max_reconsume = max_reconsume
 
 
+class _PreparedReply(_Prepared):
+    """A reply to a request (MSG_TYPE=reply, made by create_reply_message): sent with SEND_REPLY_MESSAGE_V2,
+    which has the broker push it to the requester as well as store it."""
+
+    __slots__ = ()
+    send_code = int(RequestCode.SEND_REPLY_MESSAGE_V2)
+
+
 _HEADER_CACHE_MAX = 16384  # bound of Producer._header_cache (cleared when full; 1 000 topics x 4 queues fit)
 _PACK = msgpack.Packer(use_bin_type=True).pack
 _PACKED_G = _PACK("g")
 _PACKED_I = _PACK("i")
 _MSGPACK = SerializeType.MSGPACK  # bound once: compared per send
-_SEND_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_SEND_REPLY_V2 = int(RequestCode.SEND_REPLY_MESSAGE_V2)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
@@ -757,6 +776,41 @@ class Producer:
         assert result is not None
         return result
 
+    async def request(
+        self, msg: Message, timeout: float = 3000, *, queue: MessageQueue | None = None
+    ) -> MessageExt:
+        """Send `msg` and wait for its reply (RocketMQ 4.6+'s request-reply, `DefaultMQProducer.request`):
+        the consumer that gets it answers with `create_reply_message(msg, body)` sent by any producer,
+        and the broker pushes that reply here. Returns the reply; RequestTimeoutError when none came
+        within `timeout` milliseconds (the send included, as for send), or what the send raised.
+
+        The message gets CORRELATION_ID, REPLY_TO_CLIENT (this client's id) and TTL properties. The reply
+        comes through a broker of the requester's cluster that this client is connected to (one of the
+        request topic's brokers, in practice)."""
+        inst = self._running_instance()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout / 1000
+        correlation_id = str(uuid.uuid4())
+        props = msg.properties
+        props[MessageConst.PROPERTY_CORRELATION_ID] = correlation_id
+        props[MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT] = inst.client_id
+        props[MessageConst.PROPERTY_MESSAGE_TTL] = str(int(timeout))
+        if msg.topic not in inst.topic_route_table:
+            # (as upstream: a new route means new brokers, which must know this producer to push the reply)
+            await self._find_publish_info(msg.topic)
+            await inst.send_heartbeat_to_all_brokers()
+        fut: asyncio.Future[MessageExt] = loop.create_future()
+        inst.request_futures[correlation_id] = fut
+        try:
+            await self.send(msg, queue=queue, timeout=max(deadline - loop.time(), 0.001) * 1000)
+            return await asyncio.wait_for(fut, max(deadline - loop.time(), 0))
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no reply to request {correlation_id} (topic {msg.topic}) within {timeout:g} ms"
+            ) from None
+        finally:
+            inst.request_futures.pop(correlation_id, None)
+
     async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The queues a send to `topic` may use (looks the route up if needed)."""
         self._running_instance()
@@ -826,7 +880,7 @@ class Producer:
                 encoded = PROPERTY_SEPARATOR.join(map(_NAME_VALUE_JOIN, props.items()))
             except TypeError:  # a None value (properties edited by hand): encode_properties skips those
                 encoded = encode_properties(props)
-        return _Prepared(
+        return (_PreparedReply if props.get(_MSG_TYPE) == REPLY_MESSAGE_FLAG else _Prepared)(
             msg.topic,
             body,
             sys_flag,
@@ -1053,11 +1107,12 @@ class Producer:
         if batch:
             code = RequestCode.SEND_BATCH_MESSAGE
         elif self.send_smart_msg:
-            code = RequestCode.SEND_MESSAGE_V2
+            code = prepared.send_code
         else:
             from ..mq_client_api import send_header_v1
 
-            return RemotingCommand(code=RequestCode.SEND_MESSAGE, ext_fields=send_header_v1(ext), body=prepared.body)
+            v1 = RequestCode.SEND_REPLY_MESSAGE if prepared.send_code == _SEND_REPLY_V2 else RequestCode.SEND_MESSAGE
+            return RemotingCommand(code=v1, ext_fields=send_header_v1(ext), body=prepared.body)
         cmd = RemotingCommand(code, 0, 0, None, ext, prepared.body)
         if packed:
             cmd.packed_ext = b"".join((fixed.head, _PACK(born), _PACKED_I, _PACK(prepared.properties), fixed.tail))
@@ -1066,7 +1121,7 @@ class Producer:
     def _packed_request(self, prepared: _Prepared, mq: MessageQueue) -> tuple[int, tuple[bytes, ...]]:
         """_build_request(prepared, mq, True) as (code, extFields msgpack map as pieces to concatenate):
         what RemotingConnection.invoke_entry_packed takes, without the command and its dict."""
-        return (_SEND_BATCH if prepared.batch else _SEND_V2), self._packed_ext(prepared, mq)
+        return (_SEND_BATCH if prepared.batch else prepared.send_code), self._packed_ext(prepared, mq)
 
     def _packed_ext(self, prepared: _Prepared, mq: MessageQueue) -> tuple[bytes, ...]:
         """The extFields msgpack map of _packed_request, as pieces to concatenate."""
@@ -1242,7 +1297,7 @@ class Producer:
         if st is _MSGPACK and (prepared.batch or self.send_smart_msg):
             # No RemotingCommand and no header dict: the frame head is spliced from cached pieces.
             sent = remoting.invoke_entry_packed_nowait(
-                addr, pending, _SEND_BATCH if prepared.batch else _SEND_V2, self._packed_ext(prepared, mq),
+                addr, pending, _SEND_BATCH if prepared.batch else prepared.send_code, self._packed_ext(prepared, mq),
                 prepared.body, budget, mode is _SYNC,  # a sync send writes at once: nothing to coalesce
             )
         else:
