@@ -72,6 +72,7 @@ _FLAG_SUBSCRIPTION = PullSysFlag.FLAG_SUBSCRIPTION
 _REMARKS: dict[GetMessageStatus, str] = {s: s.value for s in GetMessageStatus}
 _FOUND_REMARK = GetMessageStatus.FOUND.value
 _GROUP_TOPIC_PREFIXES = (mix_all.RETRY_GROUP_TOPIC_PREFIX, mix_all.DLQ_GROUP_TOPIC_PREFIX)
+_RETRY_PREFIX = mix_all.RETRY_GROUP_TOPIC_PREFIX
 
 _FILTER_CACHE_MAX = 4096
 _AWAIT_DISPATCH = object()  # _process: "retry once the store has dispatched recent writes"
@@ -141,15 +142,7 @@ class PullMessageProcessor:
 
     # ------------------------------------------------------------------ the pull
 
-    def _message_filter(
-        self, h: PullMessageRequestHeader, has_subscription_flag: bool
-    ) -> ExpressionMessageFilter | ExpressionForRetryMessageFilter:
-        f = self._subscription_filter(h, has_subscription_flag)
-        if self.c.broker_config.filterSupportRetry and h.topic.startswith(mix_all.RETRY_GROUP_TOPIC_PREFIX):
-            return ExpressionForRetryMessageFilter(f, h.consumer_group, self.c.consumer_filter_manager)
-        return f
-
-    def _subscription_filter(self, h: PullMessageRequestHeader, has_subscription_flag: bool) -> ExpressionMessageFilter:
+    def _message_filter(self, h: PullMessageRequestHeader, has_subscription_flag: bool) -> ExpressionMessageFilter:
         """The pull's own subscription (the subscription flag: RocketMQ's pull and lite pull consumers,
         and ours), else what its group registered by heartbeat (Java's push consumer)."""
         c = self.c
@@ -235,7 +228,11 @@ class PullMessageProcessor:
                 f"[{tc.read_queue_nums}] consumer:[{ctx.remote_addr}]",
             )
 
-        message_filter = self._message_filter(h, bool(sys_flag & _FLAG_SUBSCRIPTION))
+        message_filter: ExpressionMessageFilter | ExpressionForRetryMessageFilter = self._message_filter(
+            h, bool(sys_flag & _FLAG_SUBSCRIPTION)
+        )
+        if bc.filterSupportRetry and topic.startswith(_RETRY_PREFIX):
+            message_filter = ExpressionForRetryMessageFilter(message_filter, h.consumer_group, c.consumer_filter_manager)
         et = message_filter.expression_type
         if et is not None and et != "" and et != EXPRESSION_TYPE_TAG and not bc.enablePropertyFilter:  # is_tag_type
             return reply(ResponseCode.SYSTEM_ERROR,
@@ -303,7 +300,7 @@ class PullMessageProcessor:
 
     def _hold(
         self, ctx: RequestContext, cmd: RemotingCommand, h: PullMessageRequestHeader,
-        message_filter: ExpressionMessageFilter, status: GetMessageStatus,
+        message_filter: ExpressionMessageFilter | ExpressionForRetryMessageFilter, status: GetMessageStatus,
     ) -> RemotingCommand | None:
         """Hold a pull that found nothing (None: no answer now), or answer SYSTEM_BUSY when too many are held."""
         c = self.c
