@@ -22,8 +22,10 @@ import structlog
 
 from remoting.body import (
     ClusterInfo,
+    Connection,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
+    ProducerConnection,
     QueryConsumeTimeSpanBody,
     SubscriptionGroupConfig,
     TopicRouteData,
@@ -375,14 +377,7 @@ class Admin:
                 route = await self.topic_route(topic)
             except (MQBrokerError, MQClientError):
                 continue
-            clusters = sorted(
-                {
-                    c
-                    for c, names in info.cluster_addr_table.items()
-                    for bd in route.broker_datas
-                    if bd.broker_name in names
-                }
-            )
+            clusters = _clusters_of(info, route)
             groups: set[str] = set()
             for bd in route.broker_datas:
                 addr = bd.select_broker_addr()
@@ -394,6 +389,11 @@ class Admin:
                     pass
             rows.append((",".join(clusters) or "-", topic, sorted(groups)))
         return rows
+
+    async def topic_clusters(self, topic: str) -> list[str]:
+        """`topicClusterList`: the clusters of the brokers that hold `topic`."""
+        route = await self.topic_route(topic)
+        return _clusters_of(await self.cluster_info(), route)
 
     async def topic_route(self, topic: str) -> TopicRouteData:
         """The NameServer's route; TopicNotExistError for an unknown topic."""
@@ -590,6 +590,26 @@ class Admin:
         if isinstance(last, MQBrokerError):
             raise last
         raise ConsumerNotOnlineError(206, f"the consumer group[{group}] not online")
+
+    async def producer_connection(self, group: str, topic: str) -> ProducerConnection:
+        """`producerConnection`: the producers of `group` connected to the brokers of `topic` (every master
+        asked, where RocketMQ's examineProducerConnectionInfo asks one at random); MQClientError when none."""
+        route = await self.topic_route(topic)
+        found: dict[str, Connection] = {}
+        for bd in route.broker_datas:
+            addr = bd.select_broker_addr()
+            if addr is None:
+                continue
+            try:
+                pc = await self.api.get_producer_connection_list(addr, group, self.timeout)
+            except (MQBrokerError, RemotingError):
+                continue  # (SYSTEM_ERROR "not exist": no producer of the group on that broker)
+            for c in pc.connection_set:
+                found.setdefault(c.client_id, c)
+        if not found:
+            raise MQClientError(f"Not found the producer group connection: no producer of group {group} is "
+                                f"connected to the brokers of topic {topic}")
+        return ProducerConnection(connection_set=[found[k] for k in sorted(found)])
 
     async def consumer_ids(self, group: str) -> list[str]:
         conn = await self.consumer_connection(group)
@@ -974,3 +994,8 @@ class Admin:
             a: await self.api.add_write_perm_of_broker(a, broker_name, self.timeout)
             for a in self.api.namesrv_addrs
         }
+
+
+def _clusters_of(info: ClusterInfo, route: TopicRouteData) -> list[str]:
+    names = {bd.broker_name for bd in route.broker_datas}
+    return sorted(c for c, brokers in info.cluster_addr_table.items() if names & set(brokers))

@@ -277,6 +277,21 @@ def topic_route(namesrv_addr: str | None, topic: str, as_json: bool) -> int:
     return 0
 
 
+@cli.command("topicClusterList")
+@common
+@click.option("-t", "--topic", required=True)
+@json_opt
+def topic_cluster_list(namesrv_addr: str | None, topic: str, as_json: bool) -> int:
+    """The clusters whose brokers hold a topic, one a line."""
+    clusters = run_admin(namesrv_addr, lambda a: a.topic_clusters(topic))
+    if as_json:
+        echo_json(clusters)
+        return 0
+    for c in clusters:
+        click.echo(c)
+    return 0
+
+
 @cli.command("topicStatus")
 @common
 @click.option("-t", "--topic", required=True)
@@ -662,6 +677,24 @@ def consumer_connection(namesrv_addr: str | None, group: str, as_json: bool) -> 
     click.echo(f"ConsumeType: {conn.consume_type}")
     click.echo(f"MessageModel: {conn.message_model}")
     click.echo(f"ConsumeFromWhere: {conn.consume_from_where}")
+    return 0
+
+
+@cli.command("producerConnection")
+@common
+@click.option("-g", "--producerGroup", "group", required=True)
+@click.option("-t", "--topic", required=True, help="a topic the group sends to (its brokers are asked)")
+@json_opt
+def producer_connection(namesrv_addr: str | None, group: str, topic: str, as_json: bool) -> int:
+    """Producers connected for a group, on the brokers of a topic."""
+    conn = run_admin(namesrv_addr, lambda a: a.producer_connection(group, topic))
+    if as_json:
+        echo_json(conn)
+        return 0
+    echo_table(
+        ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"],
+        [(i + 1, c.client_id, c.client_addr, c.language, c.version) for i, c in enumerate(conn.connection_set)],
+    )
     return 0
 
 

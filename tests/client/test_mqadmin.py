@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, MessageQueue
+from client import Admin, Message, MessageQueue, Producer
 from client.cli import mqshutdown
 from tests.client.conftest import RealCluster
 from tests.support.daemons import BIN, PYTHON, refused_port
@@ -194,6 +195,20 @@ async def test_groups_progress_and_reset(real_cluster: RealCluster, topic: str) 
     assert "not online" in fails("consumerConnection", "-n", n, "-g", group)
     assert ok("consumerProgress", "-n", n).splitlines()[0].startswith("#Group")
     assert ok("deleteSubGroup", "-n", n, "-c", "DefaultCluster", "-g", group).count("success") == 2
+
+
+async def test_producer_connection_and_topic_clusters(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    ok("updateTopic", "-n", n, "-b", real_cluster.brokers["broker-b"], "-t", topic, "-r", "2", "-w", "2")
+    assert ok("topicClusterList", "-n", n, "-t", topic).split() == ["DefaultCluster"]
+    assert json.loads(ok("topicClusterList", "-n", n, "-t", topic, "--json")) == ["DefaultCluster"]
+    group = f"PG_{topic}"
+    async with Producer(group, n) as p:
+        await p.send(Message(topic, b"x"))  # (its connection to broker-b opens with a heartbeat)
+        table = rows(await asyncio.to_thread(ok, "producerConnection", "-n", n, "-g", group, "-t", topic))
+        assert len(table) == 1 and table[0][1] == p.instance.client_id and table[0][3] == "PYTHON"
+    line = fails("producerConnection", "-n", n, "-g", "NoSuchGroup", "-t", topic)
+    assert "Not found the producer group connection" in line
 
 
 def test_kv_config(real_cluster: RealCluster) -> None:
