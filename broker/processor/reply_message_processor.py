@@ -16,16 +16,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.processor.common import BadRequest, decode_header, reply
+from broker.processor.common import BadRequest, reply
+from broker.processor.send_message_processor import send_header_of
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestContext
 from remoting.errors import RemotingError
-from remoting.headers import (
-    ReplyMessageRequestHeader,
-    SendMessageRequestHeader,
-    send_header_v2_of_command,
-)
+from remoting.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
 from remoting.message import MessageConst, decode_properties, encode_properties
 
 if TYPE_CHECKING:
@@ -45,13 +42,7 @@ class ReplyMessageProcessor:
 
     async def process_request(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
         try:
-            if cmd.code == RequestCode.SEND_REPLY_MESSAGE:
-                header = decode_header(SendMessageRequestHeader, cmd)
-            else:
-                try:
-                    header = send_header_v2_of_command(cmd)
-                except ValueError as e:
-                    return reply(ResponseCode.INVALID_PARAMETER, str(e))
+            header = send_header_of(cmd)
             self.send.msg_check(ctx, cmd, header)
         except BadRequest as e:
             return e.response

@@ -240,6 +240,17 @@ def _queue_hint(fixed: Any, store: Any, get_cq: Any, topic: str, queue_id: int) 
     return None
 
 
+def send_header_of(cmd: RemotingCommand) -> SendMessageRequestHeader:
+    """A send's header: RocketMQ's long field names for SEND_MESSAGE and SEND_REPLY_MESSAGE, the short
+    V2 ones for the rest; BadRequest (INVALID_PARAMETER, or decode_header's answer) when it is not valid."""
+    if cmd.code == RequestCode.SEND_MESSAGE or cmd.code == RequestCode.SEND_REPLY_MESSAGE:
+        return decode_header(SendMessageRequestHeader, cmd)
+    try:
+        return send_header_v2_of_command(cmd)
+    except ValueError as e:
+        raise BadRequest(reply(ResponseCode.INVALID_PARAMETER, str(e))) from None
+
+
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.c = controller
@@ -293,13 +304,7 @@ class SendMessageProcessor:
             busy = self._flow_control(ctx)
             if busy is not None:
                 return busy
-            if cmd.code == RequestCode.SEND_MESSAGE:
-                header = decode_header(SendMessageRequestHeader, cmd)
-            else:
-                try:
-                    header = send_header_v2_of_command(cmd)
-                except ValueError as e:
-                    return reply(ResponseCode.INVALID_PARAMETER, str(e))
+            header = send_header_of(cmd)
             if cmd.code == RequestCode.SEND_BATCH_MESSAGE or header.batch:
                 return await self.send_batch_message(ctx, cmd, header)
             return await self.send_message(ctx, cmd, header)
