@@ -25,6 +25,7 @@ from remoting.body import (
     Connection,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
+    ConsumeStatsList,
     ProducerConnection,
     QueryConsumeTimeSpanBody,
     SubscriptionGroupConfig,
@@ -610,6 +611,13 @@ class Admin:
             raise MQClientError(f"Not found the producer group connection: no producer of group {group} is "
                                 f"connected to the brokers of topic {topic}")
         return ProducerConnection(connection_set=[found[k] for k in sorted(found)])
+
+    async def broker_consume_stats(
+        self, broker_addr: str, *, is_order: bool = False, timeout_ms: float | None = None
+    ) -> ConsumeStatsList:
+        """`brokerConsumeStats`: every subscription group's progress on one broker (order topics only with
+        `is_order`), with the broker's total lag."""
+        return await self.api.fetch_consume_stats_in_broker(broker_addr, is_order, timeout_ms or self.timeout)
 
     async def consumer_ids(self, group: str) -> list[str]:
         conn = await self.consumer_connection(group)

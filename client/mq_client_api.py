@@ -20,6 +20,7 @@ from remoting.body import (
     ClusterInfo,
     ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     GetConsumerListByGroupResponseBody,
     HeartbeatData,
     KVTable,
@@ -855,6 +856,14 @@ class MQClientAPIImpl:
             ext["topic"] = topic
         resp = await self._call(addr, RequestCode.GET_CONSUME_STATS, ext, timeout_ms=timeout_ms)
         return ConsumeStats.decode(resp.body) if resp.body else ConsumeStats()
+
+    async def fetch_consume_stats_in_broker(
+        self, addr: str, is_order: bool = False, timeout_ms: float | None = None
+    ) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every subscription group's consume stats on one broker."""
+        ext = {"isOrder": "true" if is_order else "false"}
+        resp = await self._call(addr, RequestCode.GET_BROKER_CONSUME_STATS, ext, timeout_ms=timeout_ms)
+        return ConsumeStatsList.decode(resp.body) if resp.body else ConsumeStatsList(broker_addr=addr)
 
     async def get_consumer_connection_list(
         self, addr: str, group: str, timeout_ms: float | None = None

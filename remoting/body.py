@@ -262,6 +262,29 @@ class ConsumeStats(_MQKeyed):
         return sum(max(0, w.broker_offset - w.consumer_offset) for w in self.offset_table.values())
 
 
+class ConsumeStatsList(Body):
+    """GET_BROKER_CONSUME_STATS's body: per subscription group (a one-entry map each, as upstream's list of
+    maps), its ConsumeStats per topic."""
+
+    broker_addr: str = ""
+    total_diff: int = 0
+    total_inflight_diff: int = 0
+    consume_stats_list: list[dict[str, list[ConsumeStats]]] = Field(default_factory=list)
+
+    def encode(self) -> bytes:
+        groups = ",".join(
+            "{" + ",".join(
+                json.dumps(g) + ":[" + ",".join(cs.encode().decode() for cs in stats) + "]" for g, stats in m.items()
+            ) + "}"
+            for m in self.consume_stats_list
+        )
+        head = json.dumps(
+            {"brokerAddr": self.broker_addr, "totalDiff": self.total_diff, "totalInflightDiff": self.total_inflight_diff},
+            separators=(",", ":"),
+        )[1:-1]
+        return ("{" + head + ',"consumeStatsList":[' + groups + "]}").encode()
+
+
 class TopicStatsTable(_MQKeyed):
     offset_table: dict[MessageQueue, TopicOffset] = Field(default_factory=dict)
 

@@ -633,6 +633,11 @@ class GetConsumeStatsRequestHeader(CommandHeader):
     topic: str | None = None
 
 
+@header
+class GetConsumeStatsInBrokerHeader(CommandHeader):
+    is_order: bool = False
+
+
 # ------------------------------------------------------------------ namesrv
 
 

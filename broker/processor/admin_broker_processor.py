@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -15,6 +15,7 @@ from remoting.body import (
     Connection,
     ConsumerConnection,
     ConsumeStats,
+    ConsumeStatsList,
     GroupList,
     KVTable,
     LockBatchRequestBody,
@@ -44,6 +45,7 @@ from remoting.headers import (
     GetBrokerConfigResponseHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetProducerConnectionListRequestHeader,
@@ -116,6 +118,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
@@ -308,21 +311,45 @@ class AdminBrokerProcessor:
 
     async def get_consume_stats(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         await await_dispatch(self.c.message_store)
-        c = self.c
         h = decode_header(GetConsumeStatsRequestHeader, cmd)
-        group = h.consumer_group
-        topics = {h.topic} if h.topic else c.consumer_offset_manager.which_topic_by_consumer(group)
+        topics = {h.topic} if h.topic else self.c.consumer_offset_manager.which_topic_by_consumer(h.consumer_group)
         stats = ConsumeStats()
+        for one in self._consume_stats(h.consumer_group, topics):
+            stats.offset_table.update(one.offset_table)
+        return reply(ResponseCode.SUCCESS, None, None, stats.encode())
+
+    async def get_broker_consume_stats(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (`mqadmin brokerConsumeStats`): every subscription group's ConsumeStats
+        per topic it has offsets for here (`isOrder`: order topics only), and their total lag."""
+        await await_dispatch(self.c.message_store)
+        h = decode_header(GetConsumeStatsInBrokerHeader, cmd)
+        c = self.c
+        per_group: list[dict[str, list[ConsumeStats]]] = []
+        total = 0
+        for group in sorted(c.subscription_group_manager.subscription_group_table):
+            topics = c.consumer_offset_manager.which_topic_by_consumer(group)
+            stats = self._consume_stats(group, topics, order_only=h.is_order)
+            total += sum(s.total_diff() for s in stats)
+            per_group.append({group: stats})
+        body = ConsumeStatsList(broker_addr=c.broker_addr, total_diff=total, consume_stats_list=per_group)
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def _consume_stats(self, group: str, topics: Iterable[str], order_only: bool = False) -> list[ConsumeStats]:
+        """One ConsumeStats per topic of `topics` the group may read here (a topic its online members do
+        not subscribe is left out, as upstream does)."""
+        c = self.c
         store = c.message_store
+        out: list[ConsumeStats] = []
         for topic in sorted(topics):
             tc = c.topic_config_manager.select_topic_config(topic)
-            if tc is None:
+            if tc is None or (order_only and not tc.order):
                 continue
             if (
                 c.consumer_manager.find_subscription_data(group, topic) is None
                 and c.consumer_manager.find_subscription_data_count(group) > 0
             ):
                 continue
+            stats = ConsumeStats()
             for qid in range(tc.read_queue_nums):
                 mq = MessageQueue(topic=topic, broker_name=c.broker_config.brokerName, queue_id=qid)
                 broker_off = max(0, store.get_max_offset_in_queue(topic, qid))
@@ -333,7 +360,8 @@ class AdminBrokerProcessor:
                 stats.offset_table[mq] = OffsetWrapper(
                     broker_offset=broker_off, consumer_offset=consumer_off, last_timestamp=last_ts
                 )
-        return reply(ResponseCode.SUCCESS, None, None, stats.encode())
+            out.append(stats)
+        return out
 
     async def query_consume_time_span(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         """Per write queue of the topic: store times of the first, last and last-consumed message of the

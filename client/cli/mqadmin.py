@@ -698,6 +698,69 @@ def producer_connection(namesrv_addr: str | None, group: str, topic: str, as_jso
     return 0
 
 
+@cli.command("brokerConsumeStats")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", required=True)
+@click.option("-t", "--timeoutMillis", "timeout_ms", type=int, default=50000, show_default=True)
+@click.option("-l", "--level", type=int, default=0, show_default=True, help="only queues lagging at least this much")
+@click.option("-o", "--order", default="false", show_default=True, help="order topics only (true|false)")
+@json_opt
+def broker_consume_stats(
+    namesrv_addr: str | None, broker_addr: str, timeout_ms: int, level: int, order: str, as_json: bool
+) -> int:
+    """Every consumer group's progress per queue on one broker, and its total lag."""
+    is_order = bool(parse_bool(order, "-o"))
+    stats = run_admin(namesrv_addr, lambda a: a.broker_consume_stats(broker_addr, is_order=is_order, timeout_ms=timeout_ms))
+    queues = [
+        (group, mq, w)
+        for by_group in stats.consume_stats_list
+        for group, per_topic in by_group.items()
+        for cs in per_topic
+        for mq, w in sorted(cs.offset_table.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
+        if w.broker_offset - w.consumer_offset >= level
+    ]
+    if as_json:
+        echo_json({
+            "broker_addr": stats.broker_addr,
+            "total_diff": stats.total_diff,
+            "queues": [
+                {"group": g, "queue": {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id},
+                 "broker_offset": w.broker_offset, "consumer_offset": w.consumer_offset,
+                 "diff": w.broker_offset - w.consumer_offset, "last_timestamp": w.last_timestamp}
+                for g, mq, w in queues
+            ],
+        })
+        return 0
+    rows = [
+        (mq.topic, g, mq.broker_name, mq.queue_id, w.broker_offset, w.consumer_offset, w.broker_offset - w.consumer_offset,
+         fmt_ts(w.last_timestamp) if w.last_timestamp > 0 else "N/A")
+        for g, mq, w in queues
+    ]
+    echo_table(["#Topic", "#Group", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff",
+                "#LastTime"], rows)
+    click.echo("")
+    click.echo(f"Diff Total: {stats.total_diff}")
+    return 0
+
+
+@cli.command("allocateMQ")
+@common
+@click.option("-t", "--topic", required=True)
+@click.option("-i", "--ipList", "ip_list", required=True, help="consumer ids (e.g. IPs), comma separated")
+def allocate_mq(namesrv_addr: str | None, topic: str, ip_list: str) -> int:
+    """How AllocateMessageQueueAveragely shares a topic's queues among consumers with these ids (JSON)."""
+    from ..consumer.allocate import AllocateMessageQueueAveragely
+
+    ids = [i.strip() for i in ip_list.split(",") if i.strip()]
+    if not ids:
+        raise CommandError("-i needs at least one id")
+    queues = sorted(run_admin(namesrv_addr, lambda a: a.topic_queues(topic)))
+    strategy = AllocateMessageQueueAveragely()
+    result = {cid: strategy.allocate("allocateMQ", cid, queues, ids) for cid in ids}
+    echo_json({"result": result})
+    return 0
+
+
 @cli.command("resetOffsetByTime")
 @common
 @click.option("-g", "--group", required=True)

@@ -193,6 +193,16 @@ async def test_groups_progress_and_reset(real_cluster: RealCluster, topic: str) 
     ok("resetOffsetByTime", "-n", n, "-g", group, "-t", topic, "-s", "now")
     assert json.loads(ok("consumerProgress", "-n", n, "-g", group, "--json"))["diff_total"] == 0
     assert "not online" in fails("consumerConnection", "-n", n, "-g", group)
+    # brokerConsumeStats: every group's lag on one broker; -l hides queues lagging less
+    await admin_update(n, group, MessageQueue(topic, "broker-a", 0), 1)
+    addr = real_cluster.brokers["broker-a"]
+    table = [r for r in rows(ok("brokerConsumeStats", "-n", n, "-b", addr)) if len(r) > 1 and r[1] == group]
+    assert {(r[0], r[3], r[4], r[5], r[6]) for r in table} == {(topic, "0", "3", "1", "2"), (topic, "1", "3", "3", "0")}
+    lagging = [r for r in rows(ok("brokerConsumeStats", "-n", n, "-b", addr, "-l", "1")) if len(r) > 1 and r[1] == group]
+    assert [(r[3], r[6]) for r in lagging] == [("0", "2")]
+    js = json.loads(ok("brokerConsumeStats", "-n", n, "-b", addr, "--json"))
+    assert js["broker_addr"] == addr and js["total_diff"] >= 2
+    assert json.loads(ok("brokerConsumeStats", "-n", n, "-b", addr, "-o", "true", "--json"))["total_diff"] == 0
     assert ok("consumerProgress", "-n", n).splitlines()[0].startswith("#Group")
     assert ok("deleteSubGroup", "-n", n, "-c", "DefaultCluster", "-g", group).count("success") == 2
 
@@ -209,6 +219,13 @@ async def test_producer_connection_and_topic_clusters(real_cluster: RealCluster,
         assert len(table) == 1 and table[0][1] == p.instance.client_id and table[0][3] == "PYTHON"
     line = fails("producerConnection", "-n", n, "-g", "NoSuchGroup", "-t", topic)
     assert "Not found the producer group connection" in line
+    shares = json.loads(ok("allocateMQ", "-n", n, "-t", topic, "-i", "10.0.0.1,10.0.0.2,10.0.0.3"))["result"]
+    assert [[q["queueId"] for q in shares[ip]] for ip in ("10.0.0.1", "10.0.0.2", "10.0.0.3")] == [[0], [1], []]
+
+
+async def admin_update(n: str, group: str, mq: MessageQueue, offset: int) -> None:
+    async with Admin(n) as admin:
+        await admin.update_consume_offset(group, mq, offset)
 
 
 def test_kv_config(real_cluster: RealCluster) -> None:
