@@ -619,6 +619,20 @@ class Admin:
         `is_order`), with the broker's total lag."""
         return await self.api.fetch_consume_stats_in_broker(broker_addr, is_order, timeout_ms or self.timeout)
 
+    async def consumer_running_info(self, group: str, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
+        """`consumerStatus -i`: what one consumer client reports of itself (ConsumerRunningInfo: properties,
+        subscriptions, and per-queue state where the client keeps it), asked through a broker it is
+        connected to."""
+        last: BaseException | None = None
+        for addr in await self._group_broker_addrs(group):
+            try:
+                return await self.api.get_consumer_running_info(addr, group, client_id, jstack, self.timeout)
+            except (MQBrokerError, RemotingError) as e:
+                last = e
+        if last is not None:
+            raise last
+        raise ConsumerNotOnlineError(206, f"the consumer group[{group}] not online")
+
     async def consumer_ids(self, group: str) -> list[str]:
         conn = await self.consumer_connection(group)
         return sorted(c.client_id for c in conn.connection_set)

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from remoting import jsonutil
 from remoting.body import (
     CheckClientRequestBody,
     ClusterInfo,
@@ -856,6 +857,15 @@ class MQClientAPIImpl:
             ext["topic"] = topic
         resp = await self._call(addr, RequestCode.GET_CONSUME_STATS, ext, timeout_ms=timeout_ms)
         return ConsumeStats.decode(resp.body) if resp.body else ConsumeStats()
+
+    async def get_consumer_running_info(
+        self, addr: str, group: str, client_id: str, jstack: bool = False, timeout_ms: float | None = None
+    ) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO through a broker: the client's ConsumerRunningInfo as a JSON object."""
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "true" if jstack else "false"}
+        resp = await self._call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext, timeout_ms=timeout_ms)
+        body = jsonutil.loads(resp.body) if resp.body else {}
+        return body if isinstance(body, dict) else {}
 
     async def fetch_consume_stats_in_broker(
         self, addr: str, is_order: bool = False, timeout_ms: float | None = None

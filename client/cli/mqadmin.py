@@ -761,6 +761,51 @@ def allocate_mq(namesrv_addr: str | None, topic: str, ip_list: str) -> int:
     return 0
 
 
+@cli.command("consumerStatus")
+@common
+@click.option("-g", "--consumerGroup", "group", required=True)
+@click.option("-i", "--clientId", "client_id", default=None, help="one client: its whole running info")
+@click.option("-s", "--jstack", default="false", show_default=True, help="ask Java clients for a thread dump (true|false)")
+@json_opt
+def consumer_status(namesrv_addr: str | None, group: str, client_id: str | None, jstack: str, as_json: bool) -> int:
+    """What a group's consumer clients report of themselves (ConsumerRunningInfo), and whether they agree."""
+    dump = bool(parse_bool(jstack, "-s"))
+
+    async def gather(a: Admin) -> dict[str, dict[str, Any]]:
+        ids = [client_id] if client_id else await a.consumer_ids(group)
+        return {cid: await a.consumer_running_info(group, cid, jstack=dump) for cid in ids}
+
+    infos = run_admin(namesrv_addr, gather)
+    if as_json:
+        echo_json(infos)
+        return 0
+    if client_id:
+        info = infos[client_id]
+        for k, v in sorted((info.get("properties") or {}).items()):
+            click.echo(f"{k:<40}: {v}")
+        click.echo("")
+        click.echo("Subscriptions:")
+        echo_table(["#Topic", "#SubExpression", "#Type"],
+                   [(sd.get("topic"), sd.get("subString"), sd.get("expressionType", "TAG"))
+                    for sd in info.get("subscriptionSet") or []])
+        if info.get("jstack"):
+            click.echo("")
+            click.echo(str(info["jstack"]))
+        return 0
+    echo_table(["#", "#ClientId", "#Version", "#Language", "#Subscriptions"], [
+        (i + 1, cid, (info.get("properties") or {}).get("PROP_CLIENT_VERSION", "-"),
+         (info.get("properties") or {}).get("PROP_LANGUAGE", "JAVA"), len(info.get("subscriptionSet") or []))
+        for i, (cid, info) in enumerate(sorted(infos.items()))
+    ])
+    subs = {json.dumps(sorted(((sd.get("topic"), sd.get("subString"), sd.get("expressionType", "TAG"))
+                               for sd in info.get("subscriptionSet") or []), key=str))
+            for info in infos.values()}
+    click.echo("")
+    click.echo("Same subscription in the same group of consumer" if len(subs) <= 1
+               else "WARN: Different subscription in the same group of consumer!!!")
+    return 0
+
+
 @cli.command("resetOffsetByTime")
 @common
 @click.option("-g", "--group", required=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from client import Admin, Message, MessageQueue, Producer
+from client import Admin, ConsumeConcurrentlyStatus, Message, MessageQueue, Producer, PushConsumer
 from client.cli import mqshutdown
 from tests.client.conftest import RealCluster
 from tests.support.daemons import BIN, PYTHON, refused_port
@@ -217,6 +217,23 @@ async def test_producer_connection_and_topic_clusters(real_cluster: RealCluster,
         await p.send(Message(topic, b"x"))  # (its connection to broker-b opens with a heartbeat)
         table = rows(await asyncio.to_thread(ok, "producerConnection", "-n", n, "-g", group, "-t", topic))
         assert len(table) == 1 and table[0][1] == p.instance.client_id and table[0][3] == "PYTHON"
+    # consumerStatus: the clients' own running info, through the broker they are connected to
+    cgroup = f"CG_{topic}"
+    consumer = PushConsumer(cgroup, n)
+    consumer.subscribe(topic, "TagA || TagB")
+    consumer.register_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    await consumer.start()
+    try:
+        out = await asyncio.to_thread(ok, "consumerStatus", "-n", n, "-g", cgroup)
+        table = rows(out.split("\n\n")[0])
+        assert len(table) == 1 and table[0][1] == consumer.client_id and table[0][3] == "PYTHON"
+        assert "Same subscription in the same group of consumer" in out
+        one = await asyncio.to_thread(ok, "consumerStatus", "-n", n, "-g", cgroup, "-i", consumer.client_id)
+        assert "PROP_CLIENT_ID" in one and consumer.client_id in one and "TagA || TagB" in one
+        js = json.loads(await asyncio.to_thread(ok, "consumerStatus", "-n", n, "-g", cgroup, "--json"))
+        assert js[consumer.client_id]["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+    finally:
+        await consumer.shutdown()
     line = fails("producerConnection", "-n", n, "-g", "NoSuchGroup", "-t", topic)
     assert "Not found the producer group connection" in line
     shares = json.loads(ok("allocateMQ", "-n", n, "-t", topic, "-i", "10.0.0.1,10.0.0.2,10.0.0.3"))["result"]
