@@ -55,6 +55,7 @@ from .instance import MQClientInstance, get_client_manager
 from .message import Message, MessageQueue, PullResult, PullStatus, SendResult
 from .mq_client_api import MQClientAPIImpl, PullSysFlag, from_body_mq
 from .route import MASTER_ID
+from .trace import RMQ_SYS_TRACE_TOPIC, TraceContext, decode_trace_data
 from .validators import TOOLS_CONSUMER_GROUP, check_topic
 
 log = structlog.get_logger(__name__)
@@ -809,6 +810,22 @@ class Admin:
         msgs = await self._query(topic, key, max_num, begin_timestamp, end_timestamp, unique=False)
         out = [m for m in msgs if m.topic == topic and key in (m.keys or "").split(" ")]
         out.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
+        return out
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str | None = None) -> list[TraceContext]:
+        """`queryMsgTraceById`: the trace records of a message (its Pub, and each consumer group's SubBefore and
+        SubAfter), read from the trace topic by the message id, oldest first."""
+        topic = trace_topic or RMQ_SYS_TRACE_TOPIC
+        out: list[TraceContext] = []
+        try:
+            msgs = await self.query_message_by_key(topic, msg_id, max_num=512)
+        except TopicNotExistError:
+            return out  # (nothing was ever traced to that topic)
+        for m in msgs:
+            for ctx in decode_trace_data(m.body.decode("utf-8", "replace")):
+                if any(b.msg_id == msg_id for b in ctx.trace_beans):
+                    out.append(ctx)
+        out.sort(key=lambda c: c.time_stamp)
         return out
 
     async def _query(

@@ -806,6 +806,30 @@ def consumer_status(namesrv_addr: str | None, group: str, client_id: str | None,
     return 0
 
 
+@cli.command("queryMsgTraceById")
+@common
+@click.option("-i", "--msgId", "msg_id", required=True, help="the message id (UNIQ_KEY) a send returned")
+@click.option("-t", "--traceTopic", "trace_topic", default=None, help="default: RMQ_SYS_TRACE_TOPIC")
+@json_opt
+def query_msg_trace_by_id(namesrv_addr: str | None, msg_id: str, trace_topic: str | None, as_json: bool) -> int:
+    """A message's trace: who sent it and which groups consumed it, when, how long it took."""
+    contexts = run_admin(namesrv_addr, lambda a: a.query_msg_trace(msg_id, trace_topic))
+    if not contexts:
+        raise CommandError(f"no trace of message {msg_id} in {trace_topic or 'RMQ_SYS_TRACE_TOPIC'} (is message "
+                           "trace enabled on its producer and consumers?)")
+    if as_json:
+        echo_json(contexts)
+        return 0
+    rows = []
+    for c in contexts:
+        bean = next(b for b in c.trace_beans if b.msg_id == msg_id)
+        rows.append((c.trace_type.value, c.group_name or "-", fmt_ts(c.time_stamp),
+                     f"{c.cost_time}ms" if c.trace_type.value != "SubBefore" else "-",
+                     "success" if c.success else "failed", bean.store_host or "-", bean.retry_times))
+    echo_table(["#Type", "#Group", "#Time", "#CostTimes", "#Status", "#StoreHost", "#RetryTimes"], rows)
+    return 0
+
+
 @cli.command("resetOffsetByTime")
 @common
 @click.option("-g", "--group", required=True)

@@ -53,11 +53,22 @@ from ..config import DEFAULT_INSTANCE_NAME, ClientConfig
 from ..errors import MQBrokerError, MQClientError, NotStartedError
 from ..instance import MQClientInstance, get_client_manager
 from ..message import Message, MessageQueue, PullResult, PullStatus
+from ..trace import AsyncTraceDispatcher, traced_listener
 from ..validators import CLIENT_INNER_PRODUCER_GROUP, RETRY_GROUP_TOPIC_PREFIX, check_group
 from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
-from .consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService
+from .consume_service import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    is_async_callable,
+)
 from .filter import SUB_ALL, MessageSelector, build_subscription_data
-from .listener import ConsumeFromWhere, ConsumeType, MessageModel
+from .listener import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    ConsumeType,
+    MessageModel,
+)
 from .offset_store import LocalFileOffsetStore, OffsetStore, ReadOffsetType, RemoteBrokerOffsetStore
 from .process_queue import REBALANCE_LOCK_INTERVAL_MS, ProcessQueue
 from .pull_api import PullAPIWrapper
@@ -175,9 +186,15 @@ class PushConsumer(SubscriptionInfoHooks):
         offset_store_dir: str | None = None,
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         self._group = group
         self.client_config = ClientConfig.derive(client_config, namesrv_addr, instance_name)
+        # Message trace (RocketMQ's enableMsgTrace): each listener call is recorded (SubBefore/SubAfter).
+        self.enable_msg_trace = enable_msg_trace
+        self.customized_trace_topic = customized_trace_topic
+        self._trace: AsyncTraceDispatcher | None = None
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
         self.consume_timestamp = consume_timestamp or default_consume_timestamp()
@@ -275,6 +292,13 @@ class PushConsumer(SubscriptionInfoHooks):
         self._listener = fn
         self.consume_orderly = bool(orderly)
 
+    def _consumed_ok(self, status: Any) -> bool:
+        """Whether a listener's answer counts as consumed (a trace's success)."""
+        v = getattr(status, "value", status)  # (an enum member, or its name as a string)
+        if self.consume_orderly:
+            return v in (ConsumeOrderlyStatus.SUCCESS.value, ConsumeOrderlyStatus.COMMIT.value)
+        return v == ConsumeConcurrentlyStatus.CONSUME_SUCCESS.value
+
     def register_message_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
         self.register_listener(fn, orderly)
 
@@ -341,10 +365,17 @@ class PushConsumer(SubscriptionInfoHooks):
                     self.offset_store = RemoteBrokerOffsetStore(inst, self._group)
                 await self.offset_store.load()
                 assert self._listener is not None
+                listener = self._listener
+                if self.enable_msg_trace:
+                    self._trace = AsyncTraceDispatcher(self._group, None, self.client_config,
+                                                       self.customized_trace_topic)
+                    await self._trace.start()
+                    listener = traced_listener(listener, self._trace, self._group, self._consumed_ok,
+                                               is_async_callable(listener))
                 if self.consume_orderly:
-                    self.consume_service = ConsumeMessageOrderlyService(self, self._listener)
+                    self.consume_service = ConsumeMessageOrderlyService(self, listener)
                 else:
-                    self.consume_service = ConsumeMessageConcurrentlyService(self, self._listener)
+                    self.consume_service = ConsumeMessageConcurrentlyService(self, listener)
                 self.pull_service = PullMessageService(
                     self._pull_once, name=f"pull-{self._group}", start_pull=self._start_pull
                 )
@@ -354,6 +385,9 @@ class PushConsumer(SubscriptionInfoHooks):
                 self._instance = None
                 if self.consume_service is not None:
                     await self.consume_service.shutdown(0)
+                if self._trace is not None:
+                    trace, self._trace = self._trace, None
+                    await trace.shutdown()
                 await get_client_manager().release(inst)
                 raise
             inst.rebalance_interval_s = min(inst.rebalance_interval_s, self.rebalance_interval)
@@ -398,6 +432,10 @@ class PushConsumer(SubscriptionInfoHooks):
             if self.consume_orderly and self.message_model is MessageModel.CLUSTERING:
                 with contextlib.suppress(Exception):
                     await self.rebalance.unlock_all(False)
+            if self._trace is not None:
+                trace, self._trace = self._trace, None
+                with contextlib.suppress(Exception):
+                    await trace.shutdown()  # (the listener calls' traces go out first)
             try:
                 await inst.unregister_consumer(self._group)
             finally:

@@ -57,6 +57,7 @@ from ..instance import MQClientInstance, get_client_manager
 from ..message import REPLY_MESSAGE_FLAG, Message, MessageQueue, SendResult, SendStatus, encode_batch_with_ids
 from ..msg_id import create_uniq_id, create_uniq_ids
 from ..route import MASTER_ID, TopicPublishInfo
+from ..trace import AsyncTraceDispatcher
 from ..validators import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     DEFAULT_PRODUCER_GROUP,
@@ -330,9 +331,16 @@ class Producer:
         total_batch_max_bytes: int = 32 * 1024 * 1024,
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         self._group = group
         self.client_config = ClientConfig.derive(client_config, namesrv_addr, instance_name)
+        # Message trace (RocketMQ's enableMsgTrace): the dispatcher is made at start; None = off, which
+        # every send entry tests once.
+        self.enable_msg_trace = enable_msg_trace
+        self.customized_trace_topic = customized_trace_topic
+        self._trace: AsyncTraceDispatcher | None = None
         if send_msg_timeout <= 0:
             raise MQClientError("send_msg_timeout must be > 0")
         if retry_times_when_send_failed < 0 or retry_times_when_send_async_failed < 0:
@@ -433,6 +441,10 @@ class Producer:
             }
             self._header_cache.clear()
             inst.register_producer(self._group, self)
+            if self.enable_msg_trace and self._trace is None:
+                trace = AsyncTraceDispatcher(self._group, None, self.client_config, self.customized_trace_topic)
+                await trace.start()
+                self._trace = trace
             self._state = _State.RUNNING
             log.info("producer_started", group=self._group, client_id=inst.client_id)
 
@@ -449,6 +461,9 @@ class Producer:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=self.send_msg_timeout / 1000.0 + 1.0)
         self._state = _State.SHUTDOWN
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            await trace.shutdown()  # (what was traced goes out first)
         inst = self._instance
         self._instance = None
         if inst is not None:
@@ -505,10 +520,26 @@ class Producer:
         self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:
         """Send and wait for the broker's answer. With `queue`, send to that queue (one attempt)."""
+        if self._trace is not None:
+            return await self._traced_send(msg, queue, timeout)
         fut = self._accept_send(msg, queue, timeout)
         if fut is not None:
             return await fut
         return await self._send_now(msg, queue, timeout)
+
+    async def _traced_send(self, msg: Message, queue: MessageQueue | None, timeout: float | None) -> SendResult:
+        """send() recording a Pub trace of the answer (SendMessageTraceHookImpl)."""
+        begin = int(time.time() * 1000)
+        fut = self._accept_send(msg, queue, timeout)
+        result = await fut if fut is not None else await self._send_now(msg, queue, timeout)
+        self._trace_pub(msg, result, begin)
+        return result
+
+    def _trace_pub(self, msg: Message, result: SendResult, begin_ms: int) -> None:
+        trace = self._trace
+        inst = self._instance
+        if trace is not None and inst is not None:
+            trace.pub(self._group, msg, result, inst.find_broker_address_in_publish(result.queue.broker_name), begin_ms)
 
     def _accept_send(
         self, msg: Message, queue: MessageQueue | None, timeout: float | None
@@ -526,6 +557,8 @@ class Producer:
         """send(), started now, as a future: on the callback path (route known, connection open) without a
         coroutine or Task, which a caller driving the loop from another thread (client.sync) would pay per
         message; otherwise send() in a Task. Raises what send() raises before anything is sent."""
+        if self._trace is not None:
+            return asyncio.ensure_future(self._traced_send(msg, queue, timeout))
         fut = self._accept_send(msg, queue, timeout)
         if fut is not None:
             return fut
@@ -588,6 +621,8 @@ class Producer:
         acc = self.accumulator
         if self._state is not _RUNNING:
             fut = self._failed_future(self._not_accepting())
+        elif self._trace is not None:
+            fut = asyncio.ensure_future(self._traced_send(msg, queue, timeout))
         elif acc is not None:
             try:
                 fut = acc.add(msg, queue, timeout, False)
@@ -774,6 +809,8 @@ class Producer:
             raise annotate(e, topic=prepared.topic, brokers=[mq.broker_name], attempts=1) from None
         self.fault_strategy.update_fault_item(mq.broker_name, _now_ms() - t0, False)
         assert result is not None
+        if self._trace is not None:
+            self._trace_pub(msg, result, int(time.time() * 1000 - (_now_ms() - begin)))  # (begin is monotonic)
         return result
 
     async def request(

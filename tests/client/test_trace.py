@@ -1,0 +1,148 @@
+"""Message trace (`enable_msg_trace=True`): RocketMQ's trace data format, the bounded dispatcher, and a
+producer and a push consumer traced end to end against real daemons, read back by `queryMsgTraceById`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from client import Admin, ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
+from client.trace import (
+    QUEUE_MAX,
+    AsyncTraceDispatcher,
+    ConsumeReturnType,
+    TraceBean,
+    TraceContext,
+    TraceType,
+    decode_trace_data,
+    encode_trace_context,
+)
+from tests.client.test_mqadmin import fails, ok
+from tests.support.daemons import Daemon
+
+
+def test_pub_record_is_rocketmqs_format() -> None:
+    ctx = TraceContext(TraceType.Pub, 1700000000000, "DefaultRegion", "PG", cost_time=3, success=True, trace_beans=[
+        TraceBean(topic="T", msg_id="ID1", offset_msg_id="OFF1", tags="TagA", keys="k1 k2", store_host="1.2.3.4:10911",
+                  body_length=5)])
+    data, keys = encode_trace_context(ctx)
+    assert data == "\x01".join(["Pub", "1700000000000", "DefaultRegion", "PG", "T", "ID1", "TagA", "k1 k2",
+                                "1.2.3.4:10911", "5", "3", "0", "OFF1", "true"]) + "\x02"
+    assert keys == {"ID1", "k1", "k2"}
+    back = decode_trace_data(data)[0]
+    assert back.trace_type is TraceType.Pub and back.trace_beans[0] == ctx.trace_beans[0] and back.cost_time == 3
+
+
+def test_sub_records_round_trip_and_java_nulls() -> None:
+    beans = [TraceBean(topic="T", msg_id="A", keys="", retry_times=1), TraceBean(topic="T", msg_id="B", keys="kb")]
+    before = TraceContext(TraceType.SubBefore, 1, "R", "CG", request_id="req", trace_beans=beans)
+    after = TraceContext(TraceType.SubAfter, 9, "R", "CG", cost_time=4, success=False, request_id="req",
+                         context_code=ConsumeReturnType.FAILED, trace_beans=beans)
+    data = encode_trace_context(before)[0] + encode_trace_context(after)[0]
+    assert "\x01null\x02" in data  # a message without keys: Java writes null
+    got = decode_trace_data(data)
+    assert [c.trace_type for c in got] == [TraceType.SubBefore] * 2 + [TraceType.SubAfter] * 2
+    assert [b.msg_id for c in got for b in c.trace_beans] == ["A", "B", "A", "B"]
+    assert got[0].trace_beans[0].retry_times == 1 and got[0].trace_beans[0].keys == ""
+    assert got[2].success is False and got[2].context_code == ConsumeReturnType.FAILED and got[2].group_name == "CG"
+    # an older SubAfter (no time stamp and group) and a record of an unknown type are read or skipped
+    old = "\x01".join(["SubAfter", "r", "C", "7", "true", "null", "0"]) + "\x02" + "Unknown\x01x\x02"
+    (one,) = decode_trace_data(old)
+    assert one.trace_beans[0].msg_id == "C" and one.cost_time == 7 and one.group_name == ""
+
+
+def test_dispatcher_queue_is_bounded() -> None:
+    d = AsyncTraceDispatcher("G", "127.0.0.1:1", None)
+    ctx = TraceContext(TraceType.Pub, trace_beans=[TraceBean(topic="T", msg_id="x")])
+    taken = sum(d.append(ctx) for _ in range(QUEUE_MAX + 100))
+    assert taken == QUEUE_MAX and d.discarded == 100
+
+
+async def test_a_traced_message_from_send_to_consume(cluster: tuple[str, str, Daemon]) -> None:
+    ns, broker, _d = cluster
+    async with Admin(ns) as admin:
+        await admin.create_topic("Traced", cluster="DefaultCluster", read_queue_nums=2, write_queue_nums=2)
+    got: list[MessageExt] = []
+
+    async def listener(msgs: list[MessageExt], ctx: object) -> ConsumeConcurrentlyStatus:
+        got.extend(msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer("traced_consumer", ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            enable_msg_trace=True)
+    consumer.subscribe("Traced")
+    consumer.register_listener(listener)
+    await consumer.start()
+    producer = Producer("traced_producer", ns, enable_msg_trace=True)
+    await producer.start()
+    try:
+        result = await producer.send(Message("Traced", b"hello", tags="TagT", keys=["order-1"]))
+        deadline = time.monotonic() + 20
+        while not got:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    finally:
+        await producer.shutdown()  # each flushes its traces on the way out
+        await consumer.shutdown()
+    async with Admin(ns) as admin:
+        trace: list[TraceContext] = []
+        for _ in range(100):  # (the trace topic's index is built as the broker dispatches)
+            trace = await admin.query_msg_trace(result.msg_id)
+            if len(trace) >= 3:
+                break
+            await asyncio.sleep(0.1)
+    kinds = {c.trace_type: c for c in trace}
+    assert set(kinds) == {TraceType.Pub, TraceType.SubBefore, TraceType.SubAfter}
+    pub = kinds[TraceType.Pub]
+    assert pub.group_name == "traced_producer" and pub.success and pub.region_id == "DefaultRegion"
+    b = pub.trace_beans[0]
+    assert (b.topic, b.tags, b.keys, b.store_host, b.body_length) == ("Traced", "TagT", "order-1", broker, 5)
+    assert b.offset_msg_id == result.offset_msg_id
+    assert kinds[TraceType.SubBefore].group_name == "traced_consumer"
+    after = kinds[TraceType.SubAfter]
+    assert after.success and after.request_id == kinds[TraceType.SubBefore].request_id
+    assert after.context_code == ConsumeReturnType.SUCCESS and after.group_name == "traced_consumer"
+    # the trace is found by the message's key as well, and mqadmin shows it
+    out = await asyncio.to_thread(ok, "queryMsgTraceById", "-n", ns, "-i", result.msg_id)
+    assert "Pub" in out and "SubAfter" in out and "traced_consumer" in out
+    js = json.loads(await asyncio.to_thread(ok, "queryMsgTraceById", "-n", ns, "-i", result.msg_id, "--json"))
+    assert {c["trace_type"] for c in js} == {"Pub", "SubBefore", "SubAfter"}
+    line = await asyncio.to_thread(fails, "queryMsgTraceById", "-n", ns, "-i", "0" * 32)
+    assert "no trace of message" in line
+
+
+async def test_a_failed_listener_call_is_traced_as_failed(cluster: tuple[str, str, Daemon]) -> None:
+    ns, _broker, _d = cluster
+    async with Admin(ns) as admin:
+        await admin.create_topic("TracedFail", cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+    calls: list[int] = []
+
+    def listener(msgs: list[MessageExt], ctx: object) -> ConsumeConcurrentlyStatus:  # a plain function: threads
+        calls.append(len(msgs))
+        return ConsumeConcurrentlyStatus.RECONSUME_LATER
+
+    async with Producer("traced_fail_p", ns) as p:  # (not traced: only the consumer's side is)
+        result = await p.send(Message("TracedFail", b"x"))
+    consumer = PushConsumer("traced_fail_c", ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET",
+                            enable_msg_trace=True, customized_trace_topic="MyTraceTopic")
+    consumer.subscribe("TracedFail")
+    consumer.register_listener(listener)
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not calls:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    finally:
+        await consumer.shutdown()
+    async with Admin(ns) as admin:
+        trace: list[TraceContext] = []
+        for _ in range(100):
+            trace = await admin.query_msg_trace(result.msg_id, "MyTraceTopic")
+            if any(c.trace_type is TraceType.SubAfter for c in trace):
+                break
+            await asyncio.sleep(0.1)
+        assert await admin.query_msg_trace(result.msg_id) == []  # nothing in the default trace topic
+    after = next(c for c in trace if c.trace_type is TraceType.SubAfter)
+    assert after.success is False and after.context_code == ConsumeReturnType.FAILED
