@@ -535,6 +535,17 @@ class Producer:
         self._trace_pub(msg, result, begin)
         return result
 
+    def _trace_when_done(self, fut: asyncio.Future[SendResult], msg: Message) -> asyncio.Future[SendResult]:
+        """Record the Pub trace when the send's future is answered (no task or coroutine per send)."""
+        begin = int(time.time() * 1000)
+
+        def done(f: asyncio.Future[SendResult]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                self._trace_pub(msg, f.result(), begin)
+
+        fut.add_done_callback(done)
+        return fut
+
     def _trace_pub(self, msg: Message, result: SendResult, begin_ms: int) -> None:
         trace = self._trace
         inst = self._instance
@@ -558,7 +569,12 @@ class Producer:
         coroutine or Task, which a caller driving the loop from another thread (client.sync) would pay per
         message; otherwise send() in a Task. Raises what send() raises before anything is sent."""
         if self._trace is not None:
-            return asyncio.ensure_future(self._traced_send(msg, queue, timeout))
+            return self._trace_when_done(self._send_future_untraced(msg, queue, timeout), msg)
+        return self._send_future_untraced(msg, queue, timeout)
+
+    def _send_future_untraced(
+        self, msg: Message, queue: MessageQueue | None, timeout: float | None
+    ) -> asyncio.Future[SendResult]:
         fut = self._accept_send(msg, queue, timeout)
         if fut is not None:
             return fut
@@ -621,8 +637,7 @@ class Producer:
         acc = self.accumulator
         if self._state is not _RUNNING:
             fut = self._failed_future(self._not_accepting())
-        elif self._trace is not None:
-            fut = asyncio.ensure_future(self._traced_send(msg, queue, timeout))
+
         elif acc is not None:
             try:
                 fut = acc.add(msg, queue, timeout, False)
@@ -630,6 +645,8 @@ class Producer:
                 fut = self._failed_future(e)
         if fut is None:
             fut = self._send_async_now(msg, queue, timeout)
+        if self._trace is not None:
+            self._trace_when_done(fut, msg)
         if callback is not None:
             fut.add_done_callback(lambda f: _run_callback(callback, f))
         return fut

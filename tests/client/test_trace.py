@@ -78,6 +78,7 @@ async def test_a_traced_message_from_send_to_consume(cluster: tuple[str, str, Da
     await producer.start()
     try:
         result = await producer.send(Message("Traced", b"hello", tags="TagT", keys=["order-1"]))
+        pipelined = await asyncio.gather(*(producer.send_async(Message("Traced", b"p%d" % i)) for i in range(5)))
         deadline = time.monotonic() + 20
         while not got:
             assert time.monotonic() < deadline
@@ -108,6 +109,9 @@ async def test_a_traced_message_from_send_to_consume(cluster: tuple[str, str, Da
     assert "Pub" in out and "SubAfter" in out and "traced_consumer" in out
     js = json.loads(await asyncio.to_thread(ok, "queryMsgTraceById", "-n", ns, "-i", result.msg_id, "--json"))
     assert {c["trace_type"] for c in js} == {"Pub", "SubBefore", "SubAfter"}
+    async with Admin(ns) as admin:  # send_async's answers are traced too (from their futures' callbacks)
+        for r in pipelined:
+            assert [c.trace_type for c in await admin.query_msg_trace(r.msg_id)][0] is TraceType.Pub
     line = await asyncio.to_thread(fails, "queryMsgTraceById", "-n", ns, "-i", "0" * 32)
     assert "no trace of message" in line
 
