@@ -53,6 +53,7 @@ from ..loop_inbox import LoopInbox
 from ..message import MessageQueue, PullResult, PullStatus
 from ..reader import QueueReader
 from ..route import topic_route_to_subscribe_info
+from ..trace import AsyncTraceDispatcher, ConsumeReturnType
 from ..validators import check_group
 from .allocate import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy
 from .filter import SUB_ALL, MessageSelector, build_subscription_data
@@ -135,8 +136,14 @@ class LitePullConsumer(SubscriptionInfoHooks):
         offset_store_dir: str | None = None,
         instance_name: str | None = None,
         client_config: ClientConfig | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         self._group = group
+        # Message trace (RocketMQ's enableMsgTrace): each batch poll() returns is recorded as consumed.
+        self.enable_msg_trace = enable_msg_trace
+        self.customized_trace_topic = customized_trace_topic
+        self._trace: AsyncTraceDispatcher | None = None
         self.client_config = ClientConfig.derive(client_config, namesrv_addr, instance_name)
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
@@ -303,6 +310,10 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._pull_once, name=f"litepull-{self._group}", start_pull=self._start_pull
             )
             inst.register_consumer(self._group, self)
+            if self.enable_msg_trace and self._trace is None:
+                trace = AsyncTraceDispatcher(self._group, None, self.client_config, self.customized_trace_topic)
+                await trace.start()
+                self._trace = trace
         except BaseException:
             self._instance = None
             await get_client_manager().release(inst)
@@ -345,6 +356,10 @@ class LitePullConsumer(SubscriptionInfoHooks):
         if self._forgetting:  # dropped queues' offsets, persisted before the client goes
             await asyncio.gather(*self._forgetting, return_exceptions=True)
         await self._persist_all()
+        if self._trace is not None:
+            trace, self._trace = self._trace, None
+            with contextlib.suppress(Exception):
+                await trace.shutdown()  # (the polls' traces go out first)
         try:
             await inst.unregister_consumer(self._group)
         finally:
@@ -736,6 +751,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self._to_loop(item, False)  # stale, or its queue paused since: back to the loop
                 continue
             self._to_loop(item, True)
+            if self._trace is not None:
+                self._trace_polled(msgs)  # type: ignore[arg-type]
             return msgs  # type: ignore[no-any-return]
 
     def _to_loop(self, item: Any, taken: bool) -> None:
@@ -806,6 +823,12 @@ class LitePullConsumer(SubscriptionInfoHooks):
                 self.pull_service.wake(req)
             del self._held[mq]
 
+    def _trace_polled(self, msgs: list[MessageExt]) -> None:
+        """As upstream's lite pull consumer: a batch handed to the application is traced as consumed."""
+        trace = self._trace
+        if trace is not None and msgs:
+            trace.sub_after(trace.sub_before(self._group, msgs), len(msgs), True, ConsumeReturnType.SUCCESS)
+
     async def poll(self, timeout: float | None = None) -> list[MessageExt]:
         """The next batch of messages (one queue's, in offset order), or [] after `timeout`
         seconds (default poll_timeout_millis). Auto-commit happens here, for earlier polls."""
@@ -817,6 +840,8 @@ class LitePullConsumer(SubscriptionInfoHooks):
         while True:
             msgs = self._take_ready()
             if msgs is not None:
+                if self._trace is not None:
+                    self._trace_polled(msgs)
                 return msgs
             left = deadline - time.monotonic()
             if left <= 0 or not self.running:

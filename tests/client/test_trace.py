@@ -7,7 +7,15 @@ import asyncio
 import json
 import time
 
-from client import Admin, ConsumeConcurrentlyStatus, Message, MessageExt, Producer, PushConsumer
+from client import (
+    Admin,
+    ConsumeConcurrentlyStatus,
+    LitePullConsumer,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+)
 from client.trace import (
     QUEUE_MAX,
     AsyncTraceDispatcher,
@@ -150,3 +158,31 @@ async def test_a_failed_listener_call_is_traced_as_failed(cluster: tuple[str, st
         assert await admin.query_msg_trace(result.msg_id) == []  # nothing in the default trace topic
     after = next(c for c in trace if c.trace_type is TraceType.SubAfter)
     assert after.success is False and after.context_code == ConsumeReturnType.FAILED
+
+
+async def test_a_lite_pull_consumer_traces_what_poll_returns(cluster: tuple[str, str, Daemon]) -> None:
+    ns, _broker, _d = cluster
+    async with Admin(ns) as admin:
+        await admin.create_topic("TracedPoll", cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+    async with Producer("traced_poll_p", ns) as p:
+        result = await p.send(Message("TracedPoll", b"x", keys=["k-poll"]))
+    c = LitePullConsumer("traced_poll_c", ns, consume_from_where="CONSUME_FROM_FIRST_OFFSET", enable_msg_trace=True)
+    c.subscribe("TracedPoll")
+    await c.start()
+    try:
+        got: list[MessageExt] = []
+        deadline = time.monotonic() + 20
+        while not got:
+            assert time.monotonic() < deadline
+            got = await c.poll(0.5)
+    finally:
+        await c.shutdown()
+    async with Admin(ns) as admin:
+        trace: list[TraceContext] = []
+        for _ in range(100):
+            trace = await admin.query_msg_trace(result.msg_id)
+            if len(trace) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    assert [c.trace_type for c in trace] == [TraceType.SubBefore, TraceType.SubAfter]
+    assert trace[1].success and trace[1].group_name == "traced_poll_c" and trace[1].trace_beans[0].keys == "k-poll"
