@@ -1,7 +1,7 @@
 """Message trace (RocketMQ's `enableMsgTrace`): who sent and consumed each message, when, how long it took.
 
-A producer or push consumer made with `enable_msg_trace=True` records a trace context per send (Pub) and
-per listener call (SubBefore, then SubAfter), and an AsyncTraceDispatcher sends them in batches, in
+A producer or consumer made with `enable_msg_trace=True` records a trace context per send (Pub), per
+listener call or poll (SubBefore, then SubAfter) and per transaction outcome (EndTransaction), and an AsyncTraceDispatcher sends them in batches, in
 RocketMQ's trace data format, to the trace topic (`RMQ_SYS_TRACE_TOPIC`, or `customized_trace_topic`),
 keyed by the traced messages' ids and keys, through an internal producer. `mqadmin queryMsgTraceById`
 and RocketMQ's dashboard read them back.
@@ -46,6 +46,7 @@ class TraceType(enum.Enum):
     Pub = "Pub"
     SubBefore = "SubBefore"
     SubAfter = "SubAfter"
+    EndTransaction = "EndTransaction"
 
 
 class MessageType(enum.IntEnum):
@@ -79,6 +80,9 @@ class TraceBean:
     msg_type: int = MessageType.Normal_Msg
     retry_times: int = 0
     store_time: int = 0
+    transaction_id: str = ""
+    transaction_state: str = ""  # COMMIT_MESSAGE, ROLLBACK_MESSAGE or UNKNOW
+    from_transaction_check: bool = False
 
 
 @dataclass(slots=True)
@@ -121,6 +125,13 @@ def encode_trace_context(ctx: TraceContext) -> tuple[str, set[str]]:
                 "SubBefore", ctx.time_stamp, ctx.region_id, ctx.group_name, ctx.request_id, b.msg_id,
                 b.retry_times, b.keys or None,
             ))) + f)
+    elif ctx.trace_type is TraceType.EndTransaction:
+        b = ctx.trace_beans[0]
+        parts.append(c.join(map(_s, (
+            "EndTransaction", ctx.time_stamp, ctx.region_id, ctx.group_name, b.topic, b.msg_id, b.tags or None,
+            b.keys or None, b.store_host, int(b.msg_type), b.transaction_id or None, b.transaction_state,
+            b.from_transaction_check,
+        ))) + f)
     else:
         for b in ctx.trace_beans:
             parts.append(c.join(map(_s, (
@@ -165,6 +176,13 @@ def decode_trace_data(data: str) -> list[TraceContext]:
                 if len(line) >= 9:
                     ctx.time_stamp = int(line[7])
                     ctx.group_name = line[8]
+            elif kind == "EndTransaction" and len(line) >= 13:
+                ctx = TraceContext(TraceType.EndTransaction, int(line[1]), line[2], line[3])
+                ctx.trace_beans.append(TraceBean(
+                    topic=line[4], msg_id=line[5], tags=_v(line[6]), keys=_v(line[7]), store_host=line[8],
+                    msg_type=int(line[9]), transaction_id=_v(line[10]), transaction_state=line[11],
+                    from_transaction_check=line[12] == "true",
+                ))
             else:
                 continue
         except ValueError:
@@ -294,6 +312,20 @@ class AsyncTraceDispatcher:
             TraceType.Pub, begin_ms, result.region_id or DEFAULT_REGION, group, cost_time=now - begin_ms,
             success=result.status.value == "SEND_OK", trace_beans=[bean],
         ))
+
+    def end_transaction(
+        self, group: str, msg: Message | MessageExt, msg_id: str, broker_addr: str | None, transaction_id: str | None,
+        state: str, from_check: bool,
+    ) -> None:
+        """EndTransactionTraceHookImpl: a transaction's outcome told to the broker (after the local
+        transaction, or answering the broker's check-back)."""
+        if msg.topic == self.trace_topic:
+            return
+        self.append(TraceContext(TraceType.EndTransaction, group_name=group, trace_beans=[TraceBean(
+            topic=msg.topic, msg_id=msg_id, tags=msg.tags or "", keys=msg.keys or "", store_host=broker_addr or "",
+            msg_type=MessageType.Trans_msg_Commit, transaction_id=transaction_id or "", transaction_state=state,
+            from_transaction_check=from_check,
+        )]))
 
     def sub_before(self, group: str, msgs: list[MessageExt]) -> TraceContext | None:
         """ConsumeMessageTraceHookImpl.consumeMessageBefore: None when no message is traced."""

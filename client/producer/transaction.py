@@ -268,6 +268,12 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.ROLLBACK_MESSAGE
         try:
             await self.end_transaction(result, state, local_exc)
+            if self._trace is not None:
+                self._trace.end_transaction(
+                    self.group, msg, result.msg_id,
+                    self._running_instance().find_broker_address_in_publish(result.queue.broker_name),
+                    result.transaction_id, state.value, False,
+                )
         except Exception as e:
             log.warning(
                 "end_transaction_failed",
@@ -372,6 +378,9 @@ class TransactionProducer(Producer):
                 remark = f"checkLocalTransactionState Exception: {type(exc).__name__}: {exc}"
             try:
                 await self._running_instance().api.end_transaction_oneway(broker_addr, end, remark)
+                if self._trace is not None:
+                    self._trace.end_transaction(self.group, msg, uniq, broker_addr, header.transaction_id,
+                                                state.value, True)
             except Exception as e:
                 log.warning("end_transaction_failed", group=self.group, msg_id=uniq, broker=broker_addr, error=str(e))
 

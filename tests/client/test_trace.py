@@ -11,10 +11,12 @@ from client import (
     Admin,
     ConsumeConcurrentlyStatus,
     LitePullConsumer,
+    LocalTransactionState,
     Message,
     MessageExt,
     Producer,
     PushConsumer,
+    TransactionProducer,
 )
 from client.trace import (
     QUEUE_MAX,
@@ -186,3 +188,46 @@ async def test_a_lite_pull_consumer_traces_what_poll_returns(cluster: tuple[str,
             await asyncio.sleep(0.1)
     assert [c.trace_type for c in trace] == [TraceType.SubBefore, TraceType.SubAfter]
     assert trace[1].success and trace[1].group_name == "traced_poll_c" and trace[1].trace_beans[0].keys == "k-poll"
+
+
+def test_end_transaction_record_round_trip() -> None:
+    ctx = TraceContext(TraceType.EndTransaction, 5, "R", "TG", trace_beans=[TraceBean(
+        topic="T", msg_id="M", store_host="1.2.3.4:1", msg_type=2, transaction_id="TX", transaction_state="UNKNOW",
+        from_transaction_check=True)])
+    data, keys = encode_trace_context(ctx)
+    assert data.split("\x01")[:2] == ["EndTransaction", "5"] and data.endswith("\x01UNKNOW\x01true\x02")
+    back = decode_trace_data(data)[0]
+    assert back.trace_beans[0] == ctx.trace_beans[0] and keys == {"M"}
+
+
+async def test_a_transaction_is_traced_from_half_message_to_its_end(cluster: tuple[str, str, Daemon]) -> None:
+    ns, broker, _d = cluster
+    async with Admin(ns) as admin:
+        await admin.create_topic("TracedTx", cluster="DefaultCluster", read_queue_nums=1, write_queue_nums=1)
+
+    class Listener:
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+        def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    p = TransactionProducer("traced_tx", Listener(), ns, enable_msg_trace=True)
+    await p.start()
+    try:
+        result = await p.send_in_transaction(Message("TracedTx", b"tx", tags="TagX"))
+    finally:
+        await p.shutdown()
+    async with Admin(ns) as admin:
+        trace: list[TraceContext] = []
+        for _ in range(100):
+            trace = await admin.query_msg_trace(result.msg_id)
+            if len(trace) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    kinds = {c.trace_type: c for c in trace}
+    assert kinds[TraceType.Pub].trace_beans[0].msg_type == 1  # Trans_Msg_Half
+    end = kinds[TraceType.EndTransaction].trace_beans[0]
+    assert (end.transaction_state, end.from_transaction_check, end.store_host, end.tags) == (
+        "COMMIT_MESSAGE", False, broker, "TagX")
+    assert kinds[TraceType.EndTransaction].group_name == "traced_tx"
