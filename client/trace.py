@@ -208,7 +208,6 @@ class AsyncTraceDispatcher:
         self.host_group = host_group
         self.trace_topic = trace_topic or RMQ_SYS_TRACE_TOPIC
         self.discarded = 0
-        self.sent_messages = 0
         self._queue: collections.deque[TraceContext] = collections.deque()
         self._producer = Producer(f"{TRACE_PRODUCER_GROUP_PREFIX}-{self.trace_topic}", namesrv_addr,
                                   client_config=client_config)
@@ -278,7 +277,6 @@ class AsyncTraceDispatcher:
             msg = Message(self.trace_topic, text.encode("utf-8"), keys=sorted(k))
             try:
                 await self._producer.send(msg)
-                self.sent_messages += 1
             except Exception as e:  # noqa: BLE001 - a trace that cannot be sent must not disturb the host
                 log.warning("trace_send_failed", topic=self.trace_topic, group=self.host_group, error=str(e))
 

@@ -147,13 +147,14 @@ CONST, BOOL_CONST, PROP, BOOL, VALUE = range(5)
 
 
 class _Node:
-    __slots__ = ("kind", "fn", "value", "text")
+    __slots__ = ("kind", "fn", "value", "text", "chain")
 
     def __init__(self, kind: int, fn: Fn, text: str, value: Any = None) -> None:
         self.kind = kind
         self.fn = fn
         self.text = text
-        self.value = value
+        self.value = value  # a constant's value
+        self.chain: tuple[str, list[_Node]] | None = None  # an AND/OR chain's operator and operands
 
     @property
     def is_constant(self) -> bool:
@@ -215,9 +216,9 @@ def _not(n: _Node) -> _Node:
 
 
 def _operands(n: _Node, op: str) -> list[_Node]:
-    """The operands of an `op` chain node (its value is (op, operands)), else [n]."""
-    v = n.value
-    return list(v[1]) if n.kind == BOOL and type(v) is tuple and v[0] == op else [n]
+    """The operands of an `op` chain node, else [n]."""
+    c = n.chain
+    return list(c[1]) if c is not None and c[0] == op else [n]
 
 
 def _chain(op: str, a: _Node, b: _Node) -> _Node:
@@ -238,7 +239,9 @@ def _chain(op: str, a: _Node, b: _Node) -> _Node:
                 unknown = True
         return None if unknown else not stop
 
-    return _Node(BOOL, fn, f"({op} " + ", ".join(n.text for n in operands) + ")", (op, operands))
+    node = _Node(BOOL, fn, f"({op} " + ", ".join(n.text for n in operands) + ")")
+    node.chain = (op, operands)
+    return node
 
 
 def _and(a: _Node, b: _Node) -> _Node:
