@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from collections.abc import Callable
 
 from client import (
     Admin,
@@ -29,7 +29,23 @@ from client.trace import (
     encode_trace_context,
 )
 from tests.client.test_mqadmin import fails, ok
+from tests.consumer.conftest import wait_until
+from tests.consumer.test_lite_pull import poll_until
 from tests.support.daemons import Daemon
+
+
+async def read_trace(
+    ns: str, msg_id: str, enough: Callable[[list[TraceContext]], bool], topic: str | None = None
+) -> list[TraceContext]:
+    """The message's trace records once `enough` holds of them, or after ~10 s (the trace topic's index is
+    built as the broker dispatches what the dispatchers flushed)."""
+    async with Admin(ns) as admin:
+        for _ in range(100):
+            trace = await admin.query_msg_trace(msg_id, topic)
+            if enough(trace):
+                break
+            await asyncio.sleep(0.1)
+    return trace
 
 
 def test_pub_record_is_rocketmqs_format() -> None:
@@ -89,20 +105,11 @@ async def test_a_traced_message_from_send_to_consume(cluster: tuple[str, str, Da
     try:
         result = await producer.send(Message("Traced", b"hello", tags="TagT", keys=["order-1"]))
         pipelined = await asyncio.gather(*(producer.send_async(Message("Traced", b"p%d" % i)) for i in range(5)))
-        deadline = time.monotonic() + 20
-        while not got:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: bool(got), 20, "the message to reach the listener")
     finally:
         await producer.shutdown()  # each flushes its traces on the way out
         await consumer.shutdown()
-    async with Admin(ns) as admin:
-        trace: list[TraceContext] = []
-        for _ in range(100):  # (the trace topic's index is built as the broker dispatches)
-            trace = await admin.query_msg_trace(result.msg_id)
-            if len(trace) >= 3:
-                break
-            await asyncio.sleep(0.1)
+    trace = await read_trace(ns, result.msg_id, lambda t: len(t) >= 3)
     kinds = {c.trace_type: c for c in trace}
     assert set(kinds) == {TraceType.Pub, TraceType.SubBefore, TraceType.SubAfter}
     pub = kinds[TraceType.Pub]
@@ -144,20 +151,12 @@ async def test_a_failed_listener_call_is_traced_as_failed(cluster: tuple[str, st
     consumer.register_listener(listener)
     await consumer.start()
     try:
-        deadline = time.monotonic() + 20
-        while not calls:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: bool(calls), 20, "the message to reach the listener")
     finally:
         await consumer.shutdown()
-    async with Admin(ns) as admin:
-        trace: list[TraceContext] = []
-        for _ in range(100):
-            trace = await admin.query_msg_trace(result.msg_id, "MyTraceTopic")
-            if any(c.trace_type is TraceType.SubAfter for c in trace):
-                break
-            await asyncio.sleep(0.1)
-        assert await admin.query_msg_trace(result.msg_id) == []  # nothing in the default trace topic
+    trace = await read_trace(ns, result.msg_id, lambda t: any(c.trace_type is TraceType.SubAfter for c in t),
+                             "MyTraceTopic")
+    assert await read_trace(ns, result.msg_id, lambda t: True) == []  # nothing in the default trace topic
     after = next(c for c in trace if c.trace_type is TraceType.SubAfter)
     assert after.success is False and after.context_code == ConsumeReturnType.FAILED
 
@@ -172,20 +171,10 @@ async def test_a_lite_pull_consumer_traces_what_poll_returns(cluster: tuple[str,
     c.subscribe("TracedPoll")
     await c.start()
     try:
-        got: list[MessageExt] = []
-        deadline = time.monotonic() + 20
-        while not got:
-            assert time.monotonic() < deadline
-            got = await c.poll(0.5)
+        assert await poll_until(c, 1, 20)
     finally:
         await c.shutdown()
-    async with Admin(ns) as admin:
-        trace: list[TraceContext] = []
-        for _ in range(100):
-            trace = await admin.query_msg_trace(result.msg_id)
-            if len(trace) >= 2:
-                break
-            await asyncio.sleep(0.1)
+    trace = await read_trace(ns, result.msg_id, lambda t: len(t) >= 2)
     assert [c.trace_type for c in trace] == [TraceType.SubBefore, TraceType.SubAfter]
     assert trace[1].success and trace[1].group_name == "traced_poll_c" and trace[1].trace_beans[0].keys == "k-poll"
 
@@ -218,13 +207,7 @@ async def test_a_transaction_is_traced_from_half_message_to_its_end(cluster: tup
         result = await p.send_in_transaction(Message("TracedTx", b"tx", tags="TagX"))
     finally:
         await p.shutdown()
-    async with Admin(ns) as admin:
-        trace: list[TraceContext] = []
-        for _ in range(100):
-            trace = await admin.query_msg_trace(result.msg_id)
-            if len(trace) >= 2:
-                break
-            await asyncio.sleep(0.1)
+    trace = await read_trace(ns, result.msg_id, lambda t: len(t) >= 2)
     kinds = {c.trace_type: c for c in trace}
     assert kinds[TraceType.Pub].trace_beans[0].msg_type == 1  # Trans_Msg_Half
     end = kinds[TraceType.EndTransaction].trace_beans[0]

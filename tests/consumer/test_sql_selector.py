@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,6 +20,7 @@ from client.errors import MQClientError
 from client.message import MessageExt
 
 from .conftest import ConsumerCluster, consumer_cluster, create_topic, wait_until
+from .test_lite_pull import poll_until
 
 SELECTOR = "region = 'eu' AND price >= 10 OR TAGS = 'urgent'"
 
@@ -86,12 +86,8 @@ async def test_lite_pull_consumer_polls_what_its_sql_selects(
     c.subscribe(topic, MessageSelector.by_sql(SELECTOR))
     await c.start()
     try:
-        got: list[bytes] = []
-        deadline = time.monotonic() + 20
-        while set(got) < wanted:
-            assert time.monotonic() < deadline, f"polled {len(got)} of {len(wanted)}"
-            got.extend(m.body for m in await c.poll(0.5))
-        got.extend(m.body for m in await c.poll(0.5))
+        got = [m.body for m in await poll_until(c, len(wanted), 20)]
+        got.extend(m.body for m in await c.poll(0.5))  # and nothing more
         assert sorted(got) == sorted(wanted)
     finally:
         await c.shutdown()
