@@ -199,18 +199,15 @@ class AsyncTraceDispatcher:
     """Sends trace contexts, in batches, to the trace topic through an internal producer. `append` may be
     called from any thread (listeners run in consume threads)."""
 
-    def __init__(
-        self, host_group: str, namesrv_addr: str | None, client_config: ClientConfig | None,
-        trace_topic: str | None = None,
-    ) -> None:
+    def __init__(self, host_group: str, client_config: ClientConfig | None, trace_topic: str | None = None) -> None:
         from .producer.producer import Producer
 
         self.host_group = host_group
         self.trace_topic = trace_topic or RMQ_SYS_TRACE_TOPIC
         self.discarded = 0
         self._queue: collections.deque[TraceContext] = collections.deque()
-        self._producer = Producer(f"{TRACE_PRODUCER_GROUP_PREFIX}-{self.trace_topic}", namesrv_addr,
-                                  client_config=client_config)
+        # (the host's client config: the same NameServers, and the same client instance)
+        self._producer = Producer(f"{TRACE_PRODUCER_GROUP_PREFIX}-{self.trace_topic}", client_config=client_config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._wake: asyncio.Event | None = None

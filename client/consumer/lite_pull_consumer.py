@@ -311,7 +311,7 @@ class LitePullConsumer(SubscriptionInfoHooks):
             )
             inst.register_consumer(self._group, self)
             if self.enable_msg_trace and self._trace is None:
-                trace = AsyncTraceDispatcher(self._group, None, self.client_config, self.customized_trace_topic)
+                trace = AsyncTraceDispatcher(self._group, self.client_config, self.customized_trace_topic)
                 await trace.start()
                 self._trace = trace
         except BaseException:
@@ -824,10 +824,11 @@ class LitePullConsumer(SubscriptionInfoHooks):
             del self._held[mq]
 
     def _trace_polled(self, msgs: list[MessageExt]) -> None:
-        """As upstream's lite pull consumer: a batch handed to the application is traced as consumed."""
+        """As upstream's lite pull consumer: a batch handed to the application is traced as consumed (callers
+        test that tracing is on)."""
         trace = self._trace
-        if trace is not None and msgs:
-            trace.sub_after(trace.sub_before(self._group, msgs), len(msgs), True, ConsumeReturnType.SUCCESS)
+        assert trace is not None
+        trace.sub_after(trace.sub_before(self._group, msgs), len(msgs), True, ConsumeReturnType.SUCCESS)
 
     async def poll(self, timeout: float | None = None) -> list[MessageExt]:
         """The next batch of messages (one queue's, in offset order), or [] after `timeout`

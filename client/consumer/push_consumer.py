@@ -367,7 +367,7 @@ class PushConsumer(SubscriptionInfoHooks):
                 assert self._listener is not None
                 listener = self._listener
                 if self.enable_msg_trace:
-                    self._trace = AsyncTraceDispatcher(self._group, None, self.client_config,
+                    self._trace = AsyncTraceDispatcher(self._group, self.client_config,
                                                        self.customized_trace_topic)
                     await self._trace.start()
                     listener = traced_listener(listener, self._trace, self._group, self._consumed_ok,

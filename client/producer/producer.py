@@ -442,7 +442,7 @@ class Producer:
             self._header_cache.clear()
             inst.register_producer(self._group, self)
             if self.enable_msg_trace and self._trace is None:
-                trace = AsyncTraceDispatcher(self._group, None, self.client_config, self.customized_trace_topic)
+                trace = AsyncTraceDispatcher(self._group, self.client_config, self.customized_trace_topic)
                 await trace.start()
                 self._trace = trace
             self._state = _State.RUNNING

@@ -18,6 +18,7 @@ from client import (
     PushConsumer,
     TransactionProducer,
 )
+from client.config import ClientConfig
 from client.trace import (
     QUEUE_MAX,
     AsyncTraceDispatcher,
@@ -79,7 +80,7 @@ def test_sub_records_round_trip_and_java_nulls() -> None:
 
 
 def test_dispatcher_queue_is_bounded() -> None:
-    d = AsyncTraceDispatcher("G", "127.0.0.1:1", None)
+    d = AsyncTraceDispatcher("G", ClientConfig(namesrv_addr="127.0.0.1:1"))
     ctx = TraceContext(TraceType.Pub, trace_beans=[TraceBean(topic="T", msg_id="x")])
     taken = sum(d.append(ctx) for _ in range(QUEUE_MAX + 100))
     assert taken == QUEUE_MAX and d.discarded == 100
