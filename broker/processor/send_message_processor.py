@@ -89,9 +89,9 @@ TIMEOUT_CLEAN_QUEUE_REMARK = (
     "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {}ms, size of queue: {}"
 )
 PC_BUSY_REMARK = "[PC_SYNCHRONIZED]broker busy, start flow control for a while"
-# %DLQ%<group> is created write-only (as RocketMQ before 4.x did) so no consumer reads it by accident;
-# an operator who wants to re-consume dead letters grants read with updateTopicPerm / updateTopic.
-DLQ_TOPIC_PERM = PermName.PERM_WRITE
+# %DLQ%<group> is created readable as well as writable, as RocketMQ does since 4.9.2 (4.0-4.9.1 made it
+# write-only): a consumer or lite pull consumer subscribes to it to handle dead letters, with no grant.
+DLQ_TOPIC_PERM = PermName.PERM_READ | PermName.PERM_WRITE
 
 
 def subscription_group_not_exist_remark(group: str) -> str:

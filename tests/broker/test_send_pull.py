@@ -389,7 +389,7 @@ async def test_consumer_send_back_goes_to_retry_then_dlq(tmp_path: Path) -> None
         assert m.body == b"job" and m.reconsume_times == 1
         assert m.properties["RETRY_TOPIC"] == "Work" and "DELAY" not in m.properties
         assert m.properties["ORIGIN_MESSAGE_ID"]
-        # Its second failure exceeds max_reconsume_times=1: dead letter queue (write-only, so read the store).
+        # Its second failure exceeds max_reconsume_times=1: the dead letter queue (read from the store).
         back.offset = m.commit_log_offset
         r = await h.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, back.encode()))
         assert r.code == ResponseCode.SUCCESS

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from client import (
-    Admin,
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
     ConsumeOrderlyStatus,
@@ -113,7 +112,9 @@ async def test_consume_from_last_offset_skips_backlog_once_committed_at_end(
     c.register_listener(collecting(got))
     await c.start()
     try:
-        await wait_until(lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 2, 10, "assignment")
+        await wait_until(
+            lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 2, 10, "assignment"
+        )
         new = await send_to_queues(mq_cluster.namesrv_addr, queues, 2, prefix="new")
         await wait_until(lambda: set(new) <= set(got), 15, "new messages")
         assert sorted(got) == sorted(new)
@@ -134,7 +135,9 @@ async def test_steady_state_pulls_run_from_answer_callbacks_not_tasks(
     c.register_listener(collecting(got))
     await c.start()
     try:
-        await wait_until(lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 2, 10, "assignment")
+        await wait_until(
+            lambda: len([q for q in c.assigned_queues() if q.topic == topic]) == 2, 10, "assignment"
+        )
         await asyncio.sleep(0.3)  # the first pulls are held by the broker
         sent: list[bytes] = []
         for k in range(3):
@@ -163,7 +166,9 @@ async def test_next_pull_is_sent_before_the_answer_goes_to_the_listener(
     c.register_listener(collecting(got))
     await c.start()
     try:
-        await wait_until(lambda: [q for q in c.assigned_queues() if q.topic == topic] == queues, 10, "assignment")
+        await wait_until(
+            lambda: [q for q in c.assigned_queues() if q.topic == topic] == queues, 10, "assignment"
+        )
         await asyncio.sleep(0.3)  # the first pull is held by the broker
         orig_pull = c.pull_api.pull_kernel_nowait
         orig_submit = c.consume_service.submit_consume_request
@@ -234,7 +239,9 @@ async def test_consume_from_last_offset_and_from_timestamp(
     await last.start()
     try:
         await wait_until(lambda: set(after) <= set(got_ts), 15, "messages after the timestamp")
-        await wait_until(lambda: len([q for q in last.assigned_queues() if q.topic == topic]) == 2, 10, "assignment")
+        await wait_until(
+            lambda: len([q for q in last.assigned_queues() if q.topic == topic]) == 2, 10, "assignment"
+        )
         new = await send_to_queues(mq_cluster.namesrv_addr, queues, 1, prefix="new")
         await wait_until(lambda: set(new) <= set(got_last) and set(new) <= set(got_ts), 15, "new messages")
         await asyncio.sleep(0.3)
@@ -245,7 +252,9 @@ async def test_consume_from_last_offset_and_from_timestamp(
         await last.shutdown()
 
 
-async def test_tag_filter_delivers_only_matching_tags(mq_cluster: ConsumerCluster, names: Callable[[str], str]) -> None:
+async def test_tag_filter_delivers_only_matching_tags(
+    mq_cluster: ConsumerCluster, names: Callable[[str], str]
+) -> None:
     topic = names("T")
     queues = await create_topic(mq_cluster, topic, 2)
     want = await send_to_queues(mq_cluster.namesrv_addr, queues, 2, prefix="a", tags="TagA")
@@ -285,7 +294,9 @@ async def test_broadcasting_every_consumer_gets_everything_and_resumes_from_loca
     await b1.start()
     await b2.start()
     try:
-        await wait_until(lambda: set(sent) <= set(got["b1"]) and set(sent) <= set(got["b2"]), 15, "both get all")
+        await wait_until(
+            lambda: set(sent) <= set(got["b1"]) and set(sent) <= set(got["b2"]), 15, "both get all"
+        )
         assert {q for q in b1.assigned_queues()} == set(queues)  # no %RETRY% in broadcasting
     finally:
         await b1.shutdown()
@@ -318,14 +329,18 @@ async def test_reconsume_later_goes_through_the_retry_topic_and_comes_back(
 
     def listener(msgs, ctx):  # type: ignore[no-untyped-def]  # a blocking listener (thread pool)
         for m in msgs:
-            seen.append((m.body, m.reconsume_times, m.topic, m.properties.get(MessageConst.PROPERTY_RETRY_TOPIC)))
+            seen.append(
+                (m.body, m.reconsume_times, m.topic, m.properties.get(MessageConst.PROPERTY_RETRY_TOPIC))
+            )
             if m.body in fail and m.reconsume_times == 0:
                 if m.body == sorted(fail)[0]:
                     raise RuntimeError("listener exception = RECONSUME_LATER")
                 return LATER
         return SUCCESS
 
-    c = PushConsumer(group, mq_cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", rebalance_interval=2)
+    c = PushConsumer(
+        group, mq_cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", rebalance_interval=2
+    )
     c.subscribe(topic)
     c.register_listener(listener)
     await c.start()
@@ -340,8 +355,10 @@ async def test_reconsume_later_goes_through_the_retry_topic_and_comes_back(
         retry_q = [q for q in c.assigned_queues() if q.topic == f"%RETRY%{group}"]
         assert retry_q
         await wait_until(
-            lambda: all(c.offset_store.clone_offset_table(f"%RETRY%{group}").get(q, 0) >= 1 for q in retry_q)
-            or sum(c.offset_store.clone_offset_table(f"%RETRY%{group}").values()) >= len(fail),
+            lambda: (
+                all(c.offset_store.clone_offset_table(f"%RETRY%{group}").get(q, 0) >= 1 for q in retry_q)
+                or sum(c.offset_store.clone_offset_table(f"%RETRY%{group}").values()) >= len(fail)
+            ),
             10,
             "retry offsets advanced",
         )
@@ -369,7 +386,9 @@ async def test_reconsume_later_is_delayed_by_the_delay_level(
                 return LATER
         return SUCCESS
 
-    c = PushConsumer(group, mq_cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", rebalance_interval=2)
+    c = PushConsumer(
+        group, mq_cluster.namesrv_addr, consume_from_where="CONSUME_FROM_FIRST_OFFSET", rebalance_interval=2
+    )
     c.subscribe(topic)
     c.register_listener(listener)
     await c.start()
@@ -489,13 +508,17 @@ async def test_orderly_keeps_per_key_order_when_the_listener_suspends(
     c.register_orderly_listener(listener)
     await c.start()
     try:
-        await wait_until(lambda: sum(len(v) for v in order.values()) >= len(keys) * 8, 30, "all messages in order")
+        await wait_until(
+            lambda: sum(len(v) for v in order.values()) >= len(keys) * 8, 30, "all messages in order"
+        )
         for k in keys:
             assert order[k] == list(range(8)), k
         assert all(n == 2 for n in suspends.values()) and len(suspends) == len(keys) * 2
         assert not overlap  # one listener call per queue at a time
         pqs = c.process_queue_table()
-        assert pqs and all(pq.locked and not pq.is_lock_expired() for mq, pq in pqs.items() if mq.topic == topic)
+        assert pqs and all(
+            pq.locked and not pq.is_lock_expired() for mq, pq in pqs.items() if mq.topic == topic
+        )
     finally:
         await c.shutdown()
 
@@ -545,15 +568,8 @@ async def test_orderly_gives_up_after_max_reconsume_times_into_the_dlq(
                 return False
 
         await wait_until(in_dlq, 15, "one message in the DLQ")
-        # Like Java, the broker creates %DLQ% write-only: make it readable as an operator would
-        # (mqadmin updateTopic -p 6), then read it.
-        admin = Admin(mq_cluster.namesrv_addr)
-        await admin.start()
-        try:
-            await admin.create_topic(dlq, broker_addr=broker, read_queue_nums=1, write_queue_nums=1, perm=6)
-        finally:
-            await admin.shutdown()
 
+        # The broker creates %DLQ% readable (RocketMQ 4.9.2+), so it is read with no grant.
         async def dlq_queues() -> list[MessageQueue]:
             try:
                 return await reader.fetch_queues(dlq)
