@@ -281,6 +281,13 @@ class BrokerController:
         except KeyError:
             return 0
 
+    def head_wait_in_group(self, name: str) -> int:
+        """Milliseconds the oldest request waiting in a family has waited (0 when none waits)."""
+        try:
+            return self.dispatcher.group(name).head_wait_ms(time.monotonic())
+        except KeyError:
+            return 0
+
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> asyncio.Task[Any]:
         """Run a background job whose failure is logged, and which stop() waits for."""
         task = asyncio.get_running_loop().create_task(coro)

@@ -207,6 +207,10 @@ class ProcessorGroup:
     pending: deque[tuple[RequestContext, RemotingCommand, Processor]] = field(default_factory=deque)
     rejected: int = 0
 
+    def head_wait_ms(self, now: float) -> int:
+        """How long the oldest waiting request has waited (RocketMQ's headSlowTimeMills); 0 when none waits."""
+        return max(0, int((now - self.pending[0][0].received_at) * 1000)) if self.pending else 0
+
 
 class RequestDispatcher:
     """Routes incoming requests to processors registered per code, each within its group's bound."""

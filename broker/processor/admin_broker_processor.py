@@ -33,7 +33,7 @@ from remoting.body import (
     UnlockBatchRequestBody,
 )
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
+from remoting.command import DEFAULT_VERSION, RemotingCommand
 from remoting.connection import RequestContext
 from remoting.errors import RemotingError, RemotingTimeoutError
 from remoting.headers import (
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-BROKER_VERSION = 395  # MQVersion.Version.V4_9_4 ordinal
+BROKER_VERSION = DEFAULT_VERSION  # MQVersion.Version.V4_9_4's ordinal
 BROKER_VERSION_DESC = "V4_9_4"
 _TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
@@ -275,6 +275,10 @@ class AdminBrokerProcessor:
         ):
             info[f"{name}ThreadPoolQueueSize"] = str(c.pending_in_group(name))
             info[f"{name}ThreadPoolQueueCapacity"] = str(cap)
+            # RocketMQ's mqadmin clusterList prints the send and pull figures as "(size,waitms)"
+            info[f"{name}ThreadPoolQueueHeadWaitTimeMills"] = str(c.head_wait_in_group(name))
+        info["EndTransactionQueueSize"] = str(c.pending_in_group("end_transaction"))
+        info["EndTransactionThreadPoolQueueCapacity"] = str(c.broker_config.endTransactionPoolQueueCapacity)
         info["heldPullRequests"] = str(c.pull_request_hold_service.held)
         schedule = getattr(c, "schedule_message_service", None)
         if schedule is not None:

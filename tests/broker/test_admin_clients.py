@@ -331,8 +331,13 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
         r = await h.call(req(RequestCode.GET_BROKER_RUNTIME_INFO))
         kv = KVTable.decode(r.body).table
         for key in ("msgPutTotalTodayNow", "putTps", "getTotalTps", "commitLogMinOffset", "commitLogMaxOffset",
-                    "bootTimestamp", "runtime", "brokerVersionDesc", "sendThreadPoolQueueCapacity"):
+                    "bootTimestamp", "runtime", "brokerVersionDesc", "sendThreadPoolQueueCapacity",
+                    "putMessageDistributeTime", "dispatchMaxBuffer", "EndTransactionQueueSize",
+                    "EndTransactionThreadPoolQueueCapacity"):
             assert key in kv, key
+        # RocketMQ's mqadmin clusterList prints these as "(queue size,head wait ms)"
+        for family in ("send", "pull", "query"):
+            assert kv[f"{family}ThreadPoolQueueHeadWaitTimeMills"] == "0", family
         assert kv["msgPutTotalTodayNow"] == "1" and int(kv["commitLogMaxOffset"]) > 0
 
         r = await h.call(req(RequestCode.GET_BROKER_CONFIG))

@@ -4,6 +4,7 @@ function in one call; answers stay per request; the group's bounds still hold.""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -29,6 +30,7 @@ class GroupApp:
         self.singles: list[str] = []
         self.release = asyncio.Event()
         self.block = False
+        self.dispatcher: RequestDispatcher | None = None
 
     @groupable("process_many")
     async def process(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
@@ -57,6 +59,7 @@ async def served() -> AsyncIterator[tuple[GroupApp, str, RemotingClient]]:
     d = RequestDispatcher()
     d.add_group("put", concurrency=1, max_pending=3)
     d.register([PUT, PUT_OTHER], app.process, group="put")
+    app.dispatcher = d
     srv = RemotingServer(d, host="127.0.0.1", port=0)
     _, port = await srv.start()
     client = RemotingClient()
@@ -98,9 +101,14 @@ async def test_busy_group_falls_back_to_the_bounded_queue(served) -> None:
     done, _ = await asyncio.wait(more, timeout=2)
     busy = [f.result() for f in done]
     assert len(busy) == 2 and all(r.code == ResponseCode.SYSTEM_BUSY for r in busy)
+    # the oldest waiting request has waited the 2 s above (the broker's "...QueueHeadWaitTimeMills")
+    assert app.dispatcher is not None
+    group = app.dispatcher.group("put")
+    assert 1900 <= group.head_wait_ms(time.monotonic()) < 10_000
     app.release.set()
     rest = await asyncio.wait_for(asyncio.gather(*first, *[f for f in more if f not in done]), 5)
     assert [r.code for r in rest] == [ResponseCode.SUCCESS] * 4
+    assert group.head_wait_ms(time.monotonic()) == 0  # none waits
 
 
 async def test_lone_request_takes_the_group_function(served) -> None:

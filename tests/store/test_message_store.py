@@ -548,9 +548,14 @@ async def test_runtime_info_and_delete_topics(store: DefaultMessageStore) -> Non
         "commitLogMinOffset",
         "commitLogMaxOffset",
         "dispatchBehindBytes",
+        "dispatchMaxBuffer",
     ):
         assert key in info, key
     assert info["putMessageTimesTotal"] == "6"
+    # RocketMQ's format, each put counted once, in the window still running (none has passed yet)
+    buckets = dict(part.split(":") for part in info["putMessageDistributeTime"].split())
+    assert list(buckets)[:3] == ["[<=0ms]", "[0~10ms]", "[10~50ms]"] and list(buckets)[-1] == "[10s~]"
+    assert len(buckets) == 13 and sum(int(n) for n in buckets.values()) == 6
     assert info["getMessageTransferedMsgCount"] == "5"
     assert int(info["commitLogMaxOffset"]) == store.get_commit_log_max_offset()
     assert all(isinstance(v, str) for v in info.values())
@@ -881,3 +886,22 @@ async def test_queue_holds_tells_the_recovery_scan_which_records_their_queues_la
     assert "NoSuchTopic" not in store.consume_queue_table
     for flag in (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
         assert store.queue_holds(phy + size, size, "NoSuchTopic", 0, flag)
+
+
+def test_put_time_distribution_buckets_and_window() -> None:
+    from store.stats import StoreStatsService
+
+    stats = StoreStatsService(put_time_window_s=0.0)  # every sample closes a window
+    for elapsed_ms, units in ((-1, 1), (0, 2), (1, 3), (9, 1), (10, 4), (999, 1), (1000, 1), (10_000, 5)):
+        stats.record_put_time(elapsed_ms, units)
+    running = dict(part.split(":") for part in stats.put_time_distribution().split())
+    assert {k: int(v) for k, v in running.items() if v != "0"} == {
+        "[<=0ms]": 3, "[0~10ms]": 4, "[10~50ms]": 4, "[500ms~1s]": 1, "[1~2s]": 1, "[10s~]": 5,
+    }
+    assert stats.put_message_entire_time_max == 10_000
+    stats.sample(dispatch_behind_bytes=4096)
+    stats.record_put_time(3, 7)  # the new window's; the report is the window that closed
+    assert stats.put_time_distribution() == " ".join(f"{k}:{v}" for k, v in running.items()) + " "
+    stats.sample(dispatch_behind_bytes=100)
+    assert stats.put_time_distribution().startswith("[<=0ms]:0 [0~10ms]:7 ")
+    assert stats.runtime_info()["dispatchMaxBuffer"] == "4096"  # the most seen
