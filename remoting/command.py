@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType
 
-# RocketMQ 4.9.4's MQVersion.Version.V4_9_4 ordinal; clients only log it.
-DEFAULT_VERSION = 395
+# MQVersion.Version.V4_9_4.ordinal() in RocketMQ 4.9.x (395 is V4_9_1): what Java's mqadmin prints as our
+# clients' and brokers' version. Java clients only compare it with V4_1_0_SNAPSHOT (SQL92 support).
+DEFAULT_VERSION = 401
 
 
 @dataclass(slots=True)
