@@ -25,6 +25,7 @@ from remoting.body import (
     Connection,
     ConsumeMessageDirectlyResult,
     ConsumerConnection,
+    ConsumerRunningInfo,
     ConsumeStatsList,
     ProducerConnection,
     QueryConsumeTimeSpanBody,
@@ -620,10 +621,10 @@ class Admin:
         `is_order`), with the broker's total lag."""
         return await self.api.fetch_consume_stats_in_broker(broker_addr, is_order, timeout_ms or self.timeout)
 
-    async def consumer_running_info(self, group: str, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
+    async def consumer_running_info(self, group: str, client_id: str, *, jstack: bool = False) -> ConsumerRunningInfo:
         """`consumerStatus -i`: what one consumer client reports of itself (ConsumerRunningInfo: properties,
-        subscriptions, and per-queue state where the client keeps it), asked through a broker it is
-        connected to."""
+        subscriptions, each assigned queue's state and each topic's pull and consume figures, a thread dump
+        with `jstack`), asked through a broker it is connected to."""
         last: BaseException | None = None
         for addr in await self._group_broker_addrs(group):
             try:

@@ -26,8 +26,10 @@ import asyncio
 import contextlib
 import inspect
 import json
+import sys
 import threading
 import time
+import traceback
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
@@ -37,6 +39,7 @@ import structlog
 from remoting.body import (
     ConsumeMessageDirectlyResult,
     ConsumerData,
+    ConsumerRunningInfo,
     HeartbeatData,
     ProducerData,
     ResetOffsetBody,
@@ -97,7 +100,8 @@ class MQConsumerInner(Protocol):
 
     `update_topic_subscribe_info(topic, set[MessageQueue])`, `do_rebalance()`,
     `persist_consumer_offset()`, `reset_offset(topic, dict[MessageQueue, int])`,
-    `consumer_status(topic) -> dict[MessageQueue, int]`, `consumer_running_info() -> dict`,
+    `consumer_status(topic) -> dict[MessageQueue, int]`, `consumer_running_info() -> dict` (the
+    ConsumerRunningInfo fields it knows: `properties`, merged in, `mq_table`, `status_table`),
     `consume_message_directly(msg, broker_name) -> ConsumeMessageDirectlyResult`.
     Each may be a plain function or a coroutine function.
     """
@@ -108,6 +112,20 @@ class MQConsumerInner(Protocol):
     def consumer_data(self) -> ConsumerData: ...
 
     def subscribed_topics(self) -> Iterable[str]: ...
+
+
+def stack_dump() -> str:
+    """Java's jstack for `consumerStatus -s`: every thread's stack, then every asyncio task's."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        out.append(f"Thread: {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
+    with contextlib.suppress(RuntimeError):
+        for task in asyncio.all_tasks():
+            stack = task.get_stack()
+            where = "".join(traceback.format_list(traceback.extract_stack(stack[-1]))) if stack else "  (not started)\n"
+            out.append(f"Task: {task.get_name()} {task.get_coro()!r}\n{where}")
+    return "\n".join(out)
 
 
 async def _maybe_await(v: Any) -> Any:
@@ -802,32 +820,32 @@ class MQClientInstance:
         fn = getattr(consumer, "consumer_running_info", None)
         if fn is not None:
             extra = await _maybe_await(fn())
-            if extra:
-                for k, v in dict(extra).items():
-                    if k == "properties" and isinstance(v, dict):
-                        info["properties"].update({str(a): str(b) for a, b in v.items()})
-                    else:
-                        info[k] = v
-        return cmd.response(body=json.dumps(info, separators=(",", ":"), default=str).encode())
+            for k, v in dict(extra or {}).items():
+                if k == "properties" and isinstance(v, dict):
+                    info.properties.update({str(a): str(b) for a, b in v.items()})
+                else:
+                    setattr(info, k, v)
+        if header.jstack_enable:
+            info.jstack = stack_dump()
+        return cmd.response(body=info.encode())
 
-    def consumer_running_info(self, consumer: MQConsumerInner) -> dict[str, Any]:
-        """The default ConsumerRunningInfo body: properties and subscriptions (Java's field names)."""
+    def consumer_running_info(self, consumer: MQConsumerInner) -> ConsumerRunningInfo:
+        """The default ConsumerRunningInfo: properties and subscriptions (Java's field names)."""
         data = consumer.consumer_data()
-        return {
-            "properties": {
+        return ConsumerRunningInfo(
+            properties={
                 "PROP_NAMESERVER_ADDR": ";".join(self.namesrv_addrs),
                 "PROP_CONSUME_TYPE": data.consume_type,
-                "PROP_CONSUME_ORDERLY": str(bool(getattr(consumer, "consume_orderly", False))).lower(),
+                # ConsumerRunningInfo.PROP_CONSUME_ORDERLY's value, as RocketMQ spells it
+                "PROP_CONSUMEORDERLY": str(bool(getattr(consumer, "consume_orderly", False))).lower(),
                 "PROP_THREADPOOL_CORE_SIZE": str(getattr(consumer, "consume_thread_max", 1)),
                 "PROP_CLIENT_VERSION": CLIENT_VERSION,
                 "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp),
                 "PROP_CLIENT_ID": self.client_id,
                 "PROP_LANGUAGE": "PYTHON",
             },
-            "subscriptionSet": [json.loads(s.encode()) for s in data.subscription_data_set],
-            "mqTable": {},
-            "statusTable": {},
-        }
+            subscription_set=list(data.subscription_data_set),
+        )
 
     async def _consume_message_directly(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         ext = cmd.ext_fields or {}

@@ -15,11 +15,11 @@ from typing import Any
 
 import structlog
 
-from remoting import jsonutil
 from remoting.body import (
     CheckClientRequestBody,
     ClusterInfo,
     ConsumerConnection,
+    ConsumerRunningInfo,
     ConsumeStats,
     ConsumeStatsList,
     GetConsumerListByGroupResponseBody,
@@ -860,12 +860,11 @@ class MQClientAPIImpl:
 
     async def get_consumer_running_info(
         self, addr: str, group: str, client_id: str, jstack: bool = False, timeout_ms: float | None = None
-    ) -> dict[str, Any]:
-        """GET_CONSUMER_RUNNING_INFO through a broker: the client's ConsumerRunningInfo as a JSON object."""
+    ) -> ConsumerRunningInfo:
+        """GET_CONSUMER_RUNNING_INFO through a broker: what the client reports of itself."""
         ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "true" if jstack else "false"}
         resp = await self._call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext, timeout_ms=timeout_ms)
-        body = jsonutil.loads(resp.body) if resp.body else {}
-        return body if isinstance(body, dict) else {}
+        return ConsumerRunningInfo.decode(resp.body) if resp.body else ConsumerRunningInfo()
 
     async def fetch_consume_stats_in_broker(
         self, addr: str, is_order: bool = False, timeout_ms: float | None = None

@@ -10,7 +10,7 @@ import json
 import struct
 import time
 import zlib
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -157,6 +157,9 @@ class MessageQueue(Body):
     broker_name: str
     queue_id: int
 
+    def __str__(self) -> str:  # Java's toString, also the key of MQ-keyed maps in JSON output
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
     def key_json(self) -> str:
         """fastjson writes a map keyed by MessageQueue with the object as the key."""
         return json.dumps(
@@ -235,18 +238,21 @@ class TopicOffset(Body):
 
 
 class _MQKeyed(Body):
-    """Bodies with a map keyed by MessageQueue, written the fastjson way."""
+    """Bodies with a map keyed by MessageQueue (the field MQ_FIELD), written the fastjson way."""
+
+    MQ_FIELD: ClassVar[str] = "offset_table"
 
     def encode(self) -> bytes:
-        data = self.model_dump(by_alias=True, exclude={"offset_table"})
+        field = self.MQ_FIELD
+        data = self.model_dump(by_alias=True, exclude={field})
         items = ",".join(
             f"{mq.key_json()}:{v.model_dump_json(by_alias=True) if isinstance(v, BaseModel) else json.dumps(v)}"
-            for mq, v in self.offset_table.items()  # type: ignore[attr-defined]
+            for mq, v in getattr(self, field).items()
         )
         rest = json.dumps(data, separators=(",", ":"))[1:-1]
-        return ("{" + (rest + "," if rest else "") + '"offsetTable":{' + items + "}}").encode()
+        return ("{" + (rest + "," if rest else "") + f'"{to_camel(field)}":{{' + items + "}}").encode()
 
-    @field_validator("offset_table", mode="before", check_fields=False)
+    @field_validator("offset_table", "mq_table", mode="before", check_fields=False)
     @classmethod
     def _keys(cls, v: Any) -> Any:
         if isinstance(v, dict):
@@ -291,6 +297,50 @@ class TopicStatsTable(_MQKeyed):
 
 class ResetOffsetBody(_MQKeyed):
     offset_table: dict[MessageQueue, int] = Field(default_factory=dict)
+
+
+class ProcessQueueInfo(Body):
+    """One queue of a push consumer as it reports it (ConsumerRunningInfo.mqTable): commit offset, cache,
+    orderly lock state. Java's getter names, "droped" included."""
+
+    commit_offset: int = 0
+    cached_msg_min_offset: int = 0
+    cached_msg_max_offset: int = 0
+    cached_msg_count: int = 0
+    cached_msg_size_in_mib: int = Field(default=0, alias="cachedMsgSizeInMiB")
+    transaction_msg_min_offset: int = 0
+    transaction_msg_max_offset: int = 0
+    transaction_msg_count: int = 0
+    locked: bool = False
+    try_unlock_times: int = 0
+    last_lock_timestamp: int = 0
+    droped: bool = False
+    last_pull_timestamp: int = 0
+    last_consume_timestamp: int = 0
+
+
+class ConsumeStatus(Body):
+    """A consumer's figures for one topic (ConsumerRunningInfo.statusTable): pull and consume round trips
+    (ms) and rates (messages a second) over the last minute, failed messages over the last hour."""
+
+    pull_rt: float = Field(default=0.0, alias="pullRT")
+    pull_tps: float = Field(default=0.0, alias="pullTPS")
+    consume_rt: float = Field(default=0.0, alias="consumeRT")
+    consume_ok_tps: float = Field(default=0.0, alias="consumeOKTPS")
+    consume_failed_tps: float = Field(default=0.0, alias="consumeFailedTPS")
+    consume_failed_msgs: int = Field(default=0, alias="consumeFailedMsgs")
+
+
+class ConsumerRunningInfo(_MQKeyed):
+    """GET_CONSUMER_RUNNING_INFO's answer: what a consumer client reports of itself (mqadmin consumerStatus,
+    the dashboard's client detail)."""
+
+    MQ_FIELD: ClassVar[str] = "mq_table"
+    properties: dict[str, str] = Field(default_factory=dict)
+    subscription_set: list[SubscriptionData] = Field(default_factory=list)
+    mq_table: dict[MessageQueue, ProcessQueueInfo] = Field(default_factory=dict)
+    status_table: dict[str, ConsumeStatus] = Field(default_factory=dict)
+    jstack: str | None = None
 
 
 class ConsumeMessageDirectlyResult(Body):

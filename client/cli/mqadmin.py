@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from remoting.body import ConsumeMessageDirectlyResult
+from remoting.body import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from remoting.log import configure_logging
 from remoting.loop import run as run_loop
 from remoting.message import MessageExt, PermName
@@ -771,7 +771,7 @@ def consumer_status(namesrv_addr: str | None, group: str, client_id: str | None,
     """What a group's consumer clients report of themselves (ConsumerRunningInfo), and whether they agree."""
     dump = bool(parse_bool(jstack, "-s"))
 
-    async def gather(a: Admin) -> dict[str, dict[str, Any]]:
+    async def gather(a: Admin) -> dict[str, ConsumerRunningInfo]:
         ids = [client_id] if client_id else await a.consumer_ids(group)
         return {cid: await a.consumer_running_info(group, cid, jstack=dump) for cid in ids}
 
@@ -780,30 +780,51 @@ def consumer_status(namesrv_addr: str | None, group: str, client_id: str | None,
         echo_json(infos)
         return 0
     if client_id:
-        info = infos[client_id]
-        for k, v in sorted((info.get("properties") or {}).items()):
-            click.echo(f"{k:<40}: {v}")
-        click.echo("")
-        click.echo("Subscriptions:")
-        echo_table(["#Topic", "#SubExpression", "#Type"],
-                   [(sd.get("topic"), sd.get("subString"), sd.get("expressionType", "TAG"))
-                    for sd in info.get("subscriptionSet") or []])
-        if info.get("jstack"):
-            click.echo("")
-            click.echo(str(info["jstack"]))
+        echo_running_info(infos[client_id])
         return 0
     echo_table(["#", "#ClientId", "#Version", "#Language", "#Subscriptions"], [
-        (i + 1, cid, (info.get("properties") or {}).get("PROP_CLIENT_VERSION", "-"),
-         (info.get("properties") or {}).get("PROP_LANGUAGE", "JAVA"), len(info.get("subscriptionSet") or []))
+        (i + 1, cid, info.properties.get("PROP_CLIENT_VERSION", "-"), info.properties.get("PROP_LANGUAGE", "JAVA"),
+         len(info.subscription_set))
         for i, (cid, info) in enumerate(sorted(infos.items()))
     ])
-    subs = {json.dumps(sorted(((sd.get("topic"), sd.get("subString"), sd.get("expressionType", "TAG"))
-                               for sd in info.get("subscriptionSet") or []), key=str))
+    subs = {tuple(sorted((sd.topic, sd.sub_string, sd.expression_type) for sd in info.subscription_set))
             for info in infos.values()}
     click.echo("")
     click.echo("Same subscription in the same group of consumer" if len(subs) <= 1
                else "WARN: Different subscription in the same group of consumer!!!")
     return 0
+
+
+def echo_running_info(info: ConsumerRunningInfo) -> None:
+    """One client's ConsumerRunningInfo, in the sections RocketMQ's consumerStatus -i prints."""
+    for k, v in sorted(info.properties.items()):
+        click.echo(f"{k:<40}: {v}")
+    click.echo("")
+    click.echo("Subscriptions:")
+    echo_table(["#Topic", "#SubExpression", "#Type"],
+               [(sd.topic, sd.sub_string, sd.expression_type) for sd in info.subscription_set])
+    click.echo("")
+    click.echo("Queues:")
+    echo_table(["#Topic", "#Broker Name", "#QID", "#Consumer Offset", "#Cached", "#Cached Offsets", "#Locked",
+                "#Last Pull", "#Last Consume"], [
+        (mq.topic, mq.broker_name, mq.queue_id, pq.commit_offset, pq.cached_msg_count,
+         f"{pq.cached_msg_min_offset}-{pq.cached_msg_max_offset}" if pq.cached_msg_count else "-",
+         "dropped" if pq.droped else str(pq.locked).lower(), fmt_ts(pq.last_pull_timestamp),
+         fmt_ts(pq.last_consume_timestamp))
+        for mq, pq in sorted(info.mq_table.items(), key=lambda item: (item[0].topic, item[0].broker_name,
+                                                                      item[0].queue_id))
+    ])
+    click.echo("")
+    click.echo("RT (ms) and TPS over the last minute, failed messages over the last hour:")
+    echo_table(["#Topic", "#Pull RT", "#Pull TPS", "#Consume RT", "#ConsumeOK TPS", "#ConsumeFailed TPS",
+                "#ConsumeFailedMsgsInHour"], [
+        (topic, f"{st.pull_rt:.2f}", f"{st.pull_tps:.2f}", f"{st.consume_rt:.2f}", f"{st.consume_ok_tps:.2f}",
+         f"{st.consume_failed_tps:.2f}", st.consume_failed_msgs)
+        for topic, st in sorted(info.status_table.items())
+    ])
+    if info.jstack:
+        click.echo("")
+        click.echo(info.jstack)
 
 
 @cli.command("queryMsgTraceById")

@@ -168,6 +168,9 @@ async def _finish_started(started: _Started) -> None:
             return
 
 
+_monotonic = time.monotonic
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -186,8 +189,6 @@ class _ServiceBase:
         self._tails: set[asyncio.Task[None]] = set()
         self.stopped = False
         self._idle = 0  # workers waiting for work
-        self.consume_ok = 0
-        self.consume_failed = 0
         self._warned_none = False
 
     @property
@@ -266,8 +267,12 @@ class _ServiceBase:
         )
 
     @staticmethod
-    def _mark_consume_start(msgs: list[MessageExt]) -> None:
-        add_properties(msgs, ((MessageConst.PROPERTY_CONSUME_START_TIMESTAMP, str(_now_ms())),))
+    def _mark_consume_start(msgs: list[MessageExt]) -> int:
+        """Stamp the call's start on its messages (CONSUME_START_TIMESTAMP, ms); returns it in ns, which the
+        call's consume RT is measured from."""
+        now = time.time_ns()
+        add_properties(msgs, ((MessageConst.PROPERTY_CONSUME_START_TIMESTAMP, str(now // 1_000_000)),))
+        return now
 
 
 class ConsumeMessageConcurrentlyService(_ServiceBase):
@@ -342,26 +347,35 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
                 self.consumer.reset_retry_topic(msgs)
             self._plain_calls += 1
+            took = [0.0]  # the call's duration, written by its thread
             threads.submit_callback(  # type: ignore[union-attr]
-                self._call_plain, (msgs, context, pq), functools.partial(self._plain_done, msgs, pq, mq, context)
+                self._call_plain, (msgs, context, pq, took), functools.partial(self._plain_done, msgs, pq, mq, context, took)
             )
 
-    def _call_plain(self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext, pq: ProcessQueue) -> Any:
-        """In a listener thread: ConsumeRequest.run's call (its start stamped when it starts, as Java's)."""
+    def _call_plain(
+        self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext, pq: ProcessQueue, took: list[float]
+    ) -> Any:
+        """In a listener thread: ConsumeRequest.run's call (its start stamped when it starts, as Java's), its
+        duration left in `took` for the loop to count."""
         if pq.dropped:
             return _NOT_CALLED
-        self._mark_consume_start(msgs)
-        return self.invoker.fn(list(msgs), context)
+        started = self._mark_consume_start(msgs)
+        try:
+            return self.invoker.fn(list(msgs), context)
+        finally:
+            took[0] = (time.time_ns() - started) / 1e6
 
     def _plain_done(
         self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, context: ConsumeConcurrentlyContext,
-        status: Any, exc: BaseException | None,
+        took: list[float], status: Any, exc: BaseException | None,
     ) -> None:
         """On the loop: settle a plain listener call's outcome as consume_request does, then queue more."""
         self._plain_calls -= 1
         try:
             if self._plain_abandoned or status is _NOT_CALLED:
                 return
+            pq.consume_rt_ms += took[0]
+            pq.consume_calls += 1
             if exc is not None:
                 if isinstance(exc, asyncio.CancelledError):
                     return  # queued when shutdown gave up: not called, left in its process queue
@@ -486,7 +500,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         context = ConsumeConcurrentlyContext(mq)
         if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a pulled message's topic is its queue's
             self.consumer.reset_retry_topic(msgs)
-        self._mark_consume_start(msgs)
+        started = self._mark_consume_start(msgs)
         status: Any = None
         raised = False
         invoker = self.invoker
@@ -502,6 +516,8 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         except Exception as e:
             raised = True
             self._listener_raised(mq, msgs, e)
+        pq.consume_rt_ms += (time.time_ns() - started) / 1e6
+        pq.consume_calls += 1
         rest = self._settle(status, raised, context, msgs, pq, mq)
         if rest is not None:
             await rest
@@ -523,7 +539,7 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
             log.warning("consume_result_dropped_queue", group=self.group, mq=str(mq), msgs=len(msgs))
         elif status is _SUCCESS and msgs and context.ack_index >= len(msgs) - 1:
             # process_consume_result's all-acknowledged case, without its coroutine
-            self.consume_ok += len(msgs)
+            pq.consume_ok += len(msgs)
             offset = pq.remove_messages(msgs)
             if offset >= 0 and not pq.dropped:
                 self.consumer.offset_store.update_offset(mq, offset, True)
@@ -545,11 +561,11 @@ class ConsumeMessageConcurrentlyService(_ServiceBase):
         if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             ack_index = min(ack_index, len(msgs) - 1)
             ok = ack_index + 1
-            self.consume_ok += ok
-            self.consume_failed += len(msgs) - ok
+            pq.consume_ok += ok
+            pq.consume_failed += len(msgs) - ok
         else:
             ack_index = -1
-            self.consume_failed += len(msgs)
+            pq.consume_failed += len(msgs)
         failed = msgs[ack_index + 1 :]
         remove = msgs  # not mutated: a subset replaces it below when some sends back failed
         if failed:
@@ -729,12 +745,15 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                     async with pq.consume_lock:
                         if pq.dropped:
                             return
+                        started = _monotonic()
                         try:
                             status = await self.invoker(list(msgs), context)
                         except asyncio.CancelledError:
                             raise
                         except Exception as e:
                             self._listener_raised(mq, msgs, e)
+                        pq.consume_rt_ms += (_monotonic() - started) * 1000.0
+                        pq.consume_calls += 1
                 if status is None or not isinstance(status, ConsumeOrderlyStatus):
                     if status is None:
                         self._warn_none(mq)
@@ -766,7 +785,10 @@ class ConsumeMessageOrderlyService(_ServiceBase):
         async with pq.consume_lock:
             if pq.dropped:
                 return None
-            outcomes = await threads.submit_call(self._orderly_calls, batches, contexts, pq, begin, clustering)
+            took = [0.0]
+            outcomes = await threads.submit_call(self._orderly_calls, batches, contexts, pq, begin, clustering, took)
+        pq.consume_rt_ms += took[0]
+        pq.consume_calls += len(outcomes)
         ok = 0  # the leading batches consumed with SUCCESS and auto_commit: committed together below
         for status, exc in outcomes:
             if exc is not None or status is not ConsumeOrderlyStatus.SUCCESS or not contexts[ok].auto_commit:
@@ -780,7 +802,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
             if stopper is not None:
                 pq.make_message_to_consume_again(stopper)  # out of the commit of the batches before it
             offset = pq.commit()
-            self.consume_ok += sum(map(len, batches[:ok]))
+            pq.consume_ok += sum(map(len, batches[:ok]))
             if offset >= 0 and (not pq.dropped or pq.releasing):
                 self.consumer.offset_store.update_offset(mq, offset, False)
             if stopper is not None:
@@ -802,13 +824,15 @@ class ConsumeMessageOrderlyService(_ServiceBase):
 
     def _orderly_calls(
         self, batches: list[list[MessageExt]], contexts: list[ConsumeOrderlyContext], pq: ProcessQueue, begin: int,
-        clustering: bool,
+        clustering: bool, took: list[float],
     ) -> list[tuple[Any, BaseException | None]]:
         """In a listener thread: the listener on each batch in order, stopping after the first that does not
         return SUCCESS with auto_commit, or before a batch once the queue is dropped or no longer locked, the
-        service stopped, or the queue's turn over (what the loop checks between batches)."""
+        service stopped, or the queue's turn over (what the loop checks between batches). The calls' time
+        is left in `took`."""
         fn = self.invoker.fn
         outcomes: list[tuple[Any, BaseException | None]] = []
+        started = _monotonic()
         for msgs, context in zip(batches, contexts, strict=True):
             if outcomes and (
                 pq.dropped
@@ -825,6 +849,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
             outcomes.append((status, None))
             if status is not ConsumeOrderlyStatus.SUCCESS or not context.auto_commit:
                 break
+        took[0] = (_monotonic() - started) * 1000.0
         return outcomes
 
     async def process_consume_result(
@@ -843,9 +868,9 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 if status is not S.SUCCESS:
                     log.warning("orderly_status_illegal_with_auto_commit", mq=str(mq), status=status.value)
                 commit_offset = pq.commit()
-                self.consume_ok += len(msgs)
+                pq.consume_ok += len(msgs)
             else:  # SUSPEND_CURRENT_QUEUE_A_MOMENT
-                self.consume_failed += len(msgs)
+                pq.consume_failed += len(msgs)
                 again = await self._check_reconsume_times(msgs)
                 if again:
                     pq.make_message_to_consume_again(again)
@@ -855,7 +880,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                     commit_offset = pq.commit()
         else:
             if status is S.SUCCESS:
-                self.consume_ok += len(msgs)
+                pq.consume_ok += len(msgs)
             elif status is S.COMMIT:
                 commit_offset = pq.commit()
             elif status is S.ROLLBACK:
@@ -863,7 +888,7 @@ class ConsumeMessageOrderlyService(_ServiceBase):
                 self._submit_later(pq, mq, context.suspend_current_queue_time_millis)
                 continue_consume = False
             else:
-                self.consume_failed += len(msgs)
+                pq.consume_failed += len(msgs)
                 again = await self._check_reconsume_times(msgs)
                 if again:
                     pq.make_message_to_consume_again(again)

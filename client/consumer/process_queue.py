@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from remoting.body import ProcessQueueInfo
 from remoting.message import MessageConst, MessageExt
 
 # RocketMQ's defaults (system properties rocketmq.client.rebalance.lockMaxLiveTime / lockInterval,
@@ -73,6 +74,16 @@ class ProcessQueue:
         # Concurrent mode: messages put here but not yet handed to a listener call.
         self.pending: collections.deque[MessageExt] = collections.deque()
         self.ready = False  # queued for a consume worker
+        # What ConsumerStatsManager reports (one increment each where it happens): round trips of the pulls
+        # that found messages (ms) and how many, messages pulled, listener call time (ms) and calls,
+        # messages consumed and failed.
+        self.pull_rt_ms = 0.0
+        self.pull_found = 0
+        self.pulled_msgs = 0
+        self.consume_rt_ms = 0.0
+        self.consume_calls = 0
+        self.consume_ok = 0
+        self.consume_failed = 0
 
     # ------------------------------------------------------------------ state
     @property
@@ -155,6 +166,26 @@ class ProcessQueue:
 
     def first_offset(self) -> int | None:
         return self._offsets[0] if self._offsets else None
+
+    def process_queue_info(self, commit_offset: int) -> ProcessQueueInfo:
+        """Java's fillProcessQueueInfo: what ConsumerRunningInfo.mqTable reports of this queue."""
+        taken = sorted(self._consuming)
+        return ProcessQueueInfo(
+            commit_offset=commit_offset,
+            cached_msg_min_offset=self._offsets[0] if self._offsets else 0,
+            cached_msg_max_offset=self._offsets[-1] if self._offsets else 0,
+            cached_msg_count=len(self._offsets),
+            cached_msg_size_in_mib=self.msg_size // (1024 * 1024),
+            transaction_msg_min_offset=taken[0] if taken else 0,
+            transaction_msg_max_offset=taken[-1] if taken else 0,
+            transaction_msg_count=len(taken),
+            locked=self.locked,
+            try_unlock_times=self.try_unlock_times,
+            last_lock_timestamp=self.last_lock_timestamp,
+            droped=self.dropped,
+            last_pull_timestamp=self.last_pull_timestamp,
+            last_consume_timestamp=self.last_consume_timestamp,
+        )
 
     def first_message(self) -> MessageExt | None:
         return self._msgs[self._offsets[0]] if self._offsets else None

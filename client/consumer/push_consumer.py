@@ -46,6 +46,7 @@ from typing import Any
 import structlog
 
 from remoting.body import ConsumeMessageDirectlyResult, ConsumerData, SubscriptionData
+from remoting.body import MessageQueue as BodyMessageQueue
 from remoting.errors import RemotingError
 from remoting.message import MessageConst, MessageExt
 
@@ -80,6 +81,7 @@ from .rebalance import (
     default_consume_timestamp,
     parse_consume_timestamp,
 )
+from .stats import MINUTE_SAMPLE_S, ConsumerStatsManager
 
 log = structlog.get_logger(__name__)
 
@@ -195,6 +197,7 @@ class PushConsumer(SubscriptionInfoHooks):
         self.enable_msg_trace = enable_msg_trace
         self.customized_trace_topic = customized_trace_topic
         self._trace: AsyncTraceDispatcher | None = None
+        self._stats: ConsumerStatsManager | None = None  # while running
         self.message_model: MessageModel = _enum(MessageModel, message_model, "message_model")
         self.consume_from_where: ConsumeFromWhere = _enum(ConsumeFromWhere, consume_from_where, "consume_from_where")
         self.consume_timestamp = consume_timestamp or default_consume_timestamp()
@@ -393,6 +396,8 @@ class PushConsumer(SubscriptionInfoHooks):
             inst.rebalance_interval_s = min(inst.rebalance_interval_s, self.rebalance_interval)
             self._state = _State.RUNNING
             self.consumer_start_timestamp = int(time.time() * 1000)
+            self._stats = ConsumerStatsManager(self.process_queue_table)
+            self._spawn(self._sample_stats())
             log.info(
                 "push_consumer_started",
                 group=self._group,
@@ -538,7 +543,15 @@ class PushConsumer(SubscriptionInfoHooks):
         log.info("reset_offset_done", group=self._group, topic=topic, queues=len(offset_table))
         await self.do_rebalance()
 
-    def consumer_running_info(self) -> dict[str, Any]:
+    async def _sample_stats(self) -> None:
+        while True:
+            await asyncio.sleep(MINUTE_SAMPLE_S)
+            if self._stats is not None:
+                self._stats.sample()
+
+    async def consumer_running_info(self) -> dict[str, Any]:
+        """What this consumer adds to its client's ConsumerRunningInfo: its settings, each assigned queue's
+        state (mqTable) and each subscribed topic's figures (statusTable), as Java's consumerRunningInfo."""
         props = {
             "consumerGroup": self._group,
             "messageModel": self.message_model.value,
@@ -551,7 +564,14 @@ class PushConsumer(SubscriptionInfoHooks):
             "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
             "PROP_CONSUMER_START_TIMESTAMP": str(self.consumer_start_timestamp),
         }
-        return {"properties": props}
+        mq_table = {}
+        for mq, pq in sorted(self.process_queue_table().items()):
+            commit = await self.offset_store.read_offset(mq, ReadOffsetType.MEMORY_FIRST_THEN_STORE)
+            key = BodyMessageQueue(topic=mq.topic, broker_name=mq.broker_name, queue_id=mq.queue_id)
+            mq_table[key] = pq.process_queue_info(commit)
+        stats = self._stats
+        status_table = {t: stats.consume_status(t) for t in sorted(self._subscriptions)} if stats else {}
+        return {"properties": props, "mq_table": mq_table, "status_table": status_table}
 
     async def consume_message_directly(self, msg: MessageExt, broker_name: str | None) -> ConsumeMessageDirectlyResult:
         return await self.consume_service.consume_message_directly(msg, broker_name)
@@ -827,6 +847,9 @@ class PushConsumer(SubscriptionInfoHooks):
                 return 0.0
             if result.next_begin_offset < prev or msgs[0].queue_offset < prev:
                 log.warning("pull_result_offsets_backwards", mq=str(mq), prev=prev, next=result.next_begin_offset)
+            pq.pull_rt_ms += time.time() * 1000 - pq.last_pull_timestamp  # stamped as the pull went out
+            pq.pull_found += 1
+            pq.pulled_msgs += len(msgs)
             dispatch = pq.put_messages(msgs, result.max_offset)
             if later is None:
                 self.consume_service.submit_consume_request(msgs, pq, mq, dispatch)

@@ -230,8 +230,15 @@ async def test_producer_connection_and_topic_clusters(real_cluster: RealCluster,
         assert "Same subscription in the same group of consumer" in out
         one = await asyncio.to_thread(ok, "consumerStatus", "-n", n, "-g", cgroup, "-i", consumer.client_id)
         assert "PROP_CLIENT_ID" in one and consumer.client_id in one and "TagA || TagB" in one
+        # each assigned queue (the topic's two on broker-b, and the retry queue) and each topic's figures
+        queue_rows = rows(one.split("Queues:\n")[1].split("\n\n")[0])
+        assert sorted((r[0], r[1], r[2]) for r in queue_rows) == sorted(
+            [(topic, "broker-b", "0"), (topic, "broker-b", "1"), (f"%RETRY%{cgroup}", "broker-b", "0")])
+        figures = rows(one.split("failed messages over the last hour:\n")[1])
+        assert sorted(r[0] for r in figures) == sorted([topic, f"%RETRY%{cgroup}"])
         js = json.loads(await asyncio.to_thread(ok, "consumerStatus", "-n", n, "-g", cgroup, "--json"))
         assert js[consumer.client_id]["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_PASSIVELY"
+        assert js[consumer.client_id]["statusTable"][topic]["consumeFailedMsgs"] == 0
     finally:
         await consumer.shutdown()
     line = fails("producerConnection", "-n", n, "-g", "NoSuchGroup", "-t", topic)

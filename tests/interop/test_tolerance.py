@@ -21,7 +21,7 @@ import pytest
 
 from client.message import Message, encode_messages
 from remoting import jsonutil
-from remoting.body import ClusterInfo, TopicRouteData
+from remoting.body import ClusterInfo, ConsumerRunningInfo, TopicRouteData
 from remoting.codec import decode_frame
 from remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
@@ -620,6 +620,34 @@ def test_java_style_bodies_with_unquoted_integer_keys() -> None:
     ci = ClusterInfo.decode(cluster)
     assert ci.broker_addr_table["broker-a"].broker_addrs == {0: "10.0.0.1:10911"}
     assert jsonutil.loads(b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:5}}') is not None
+
+
+def test_java_consumer_running_info_and_ours_in_its_form() -> None:
+    """GET_CONSUMER_RUNNING_INFO as a Java 4.9 push consumer answers it (fastjson: mqTable keyed by the
+    MessageQueue objects themselves; trimmed here), and ours written the same way."""
+    java = (
+        b'{"mqTable":{{"brokerName":"broker-a","queueId":0,"topic":"LIVE_T"}:{"cachedMsgCount":0,'
+        b'"cachedMsgMaxOffset":0,"cachedMsgMinOffset":0,"cachedMsgSizeInMiB":0,"commitOffset":5891,"droped":false,'
+        b'"lastConsumeTimestamp":1795581409723,"lastLockTimestamp":1795581409723,"lastPullTimestamp":1795581422143,'
+        b'"locked":true,"transactionMsgCount":0,"transactionMsgMaxOffset":0,"transactionMsgMinOffset":0,'
+        b'"tryUnlockTimes":0}},"properties":{"consumeFromWhere":"CONSUME_FROM_FIRST_OFFSET",'
+        b'"PROP_NAMESERVER_ADDR":"127.0.0.1:19876;","PROP_CONSUMEORDERLY":"false","PROP_CLIENT_VERSION":"V4_9_8"},'
+        b'"statusTable":{"LIVE_T":{"consumeFailedMsgs":2,"consumeFailedTPS":0.5,"consumeOKTPS":9.25,"consumeRT":1.5,'
+        b'"pullRT":20.0,"pullTPS":9.75}},"subscriptionSet":[{"classFilterMode":false,"codeSet":[2598919,2598920],'
+        b'"expressionType":"TAG","subString":"TagA || TagB","subVersion":1795581409733,"tagsSet":["TagA","TagB"],'
+        b'"topic":"LIVE_T"}]}'
+    )
+    info = ConsumerRunningInfo.decode(java)
+    [(mq, pq)] = info.mq_table.items()
+    assert (mq.topic, mq.broker_name, mq.queue_id, pq.commit_offset, pq.locked) == ("LIVE_T", "broker-a", 0, 5891, True)
+    st = info.status_table["LIVE_T"]
+    assert (st.pull_rt, st.pull_tps, st.consume_rt, st.consume_ok_tps, st.consume_failed_tps, st.consume_failed_msgs) == (
+        20.0, 9.75, 1.5, 9.25, 0.5, 2)
+    assert info.subscription_set[0].tags_set == ["TagA", "TagB"] and info.properties["PROP_CLIENT_VERSION"] == "V4_9_8"
+    ours = info.encode()
+    assert b'"mqTable":{{"brokerName":"broker-a","queueId":0,"topic":"LIVE_T"}:{' in ours
+    assert b'"cachedMsgSizeInMiB":0' in ours and b'"consumeOKTPS":9.25' in ours and b'"droped":false' in ours
+    assert ConsumerRunningInfo.decode(ours) == info
 
 
 async def test_java_broker_registration_body_with_unquoted_keys(interop_cluster: InteropCluster) -> None:
