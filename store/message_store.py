@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import fcntl
 import itertools
 import operator
@@ -223,6 +224,10 @@ class DefaultMessageStore:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.last_exit_ok = await loop.run_in_executor(self.alloc_executor, self._load_and_recover_blocking)
+        # the disk's used share from the start, not only after the clean service's first round (10 s)
+        with contextlib.suppress(OSError):
+            ratio = await loop.run_in_executor(self.alloc_executor, self.disk_usage_probe)
+            self.clean_commit_log_service.last_disk_ratio = ratio
         self.shutdown_flag = False
         self.commit_log.preallocate_next_file()
         self.reput_message_service.start()
