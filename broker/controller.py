@@ -166,6 +166,7 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(bc)
         self.consumer_offset_manager = ConsumerOffsetManager(bc)
         self.broker_stats = BrokerStatsManager()
+        self.broker_stats.cluster_name = broker_config.brokerClusterName
         self.consumer_filter_manager = ConsumerFilterManager(bc.filterDataCleanTimeSpan)
         self.consumer_manager = ConsumerManager(self._on_consumer_group_event, bc.channelExpiredTimeout)
         self.producer_manager = ProducerManager(bc.channelExpiredTimeout)

@@ -12,6 +12,7 @@ Results are small dataclasses (or the protocol's pydantic bodies) so callers and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from typing import Any
 import structlog
 
 from remoting.body import (
+    BrokerStatsData,
     ClusterInfo,
     Connection,
     ConsumeMessageDirectlyResult,
@@ -74,6 +76,7 @@ __all__ = [
     "QueueTimeSpan",
     "ResetOffsetResult",
     "TopicQueueStatus",
+    "TopicTraffic",
 ]
 
 
@@ -114,6 +117,21 @@ class ConsumerProgress:
     @property
     def diff_total(self) -> int:
         return sum(q.diff for q in self.queues)
+
+
+@dataclass(slots=True)
+class TopicTraffic:
+    """One row of `statsAll`: a topic's messages in (and, per consuming group, out) over the last minute
+    (a second) and day, summed over the topic's masters, and the group's backlog. `group` None: no
+    group consumes the topic."""
+
+    topic: str
+    group: str | None
+    accumulation: int
+    in_tps: float
+    out_tps: float
+    in_msg_24h: int
+    out_msg_24h: int
 
 
 @dataclass(slots=True)
@@ -540,6 +558,57 @@ class Admin:
             for bd in info.broker_addr_table.values()
             if MASTER_ID in bd.broker_addrs
         ]
+
+    async def view_broker_stats_data(self, broker_addr: str, stats_name: str, stats_key: str) -> BrokerStatsData:
+        """One of a broker's stats items (RocketMQ's names: TOPIC_PUT_NUMS / TOPIC_PUT_SIZE keyed by topic,
+        GROUP_GET_NUMS / GROUP_GET_SIZE by topic@group, BROKER_PUT_NUMS / BROKER_GET_NUMS by cluster)."""
+        return await self.api.view_broker_stats_data(broker_addr, stats_name, stats_key, self.timeout)
+
+    async def stats_all(self, topic: str | None = None, *, active_only: bool = False) -> list[TopicTraffic]:
+        """`statsAll`: every topic's (or one's) traffic in and, per consuming group, out; retry and DLQ
+        topics left out. `active_only`: only rows with messages in or out over the last day."""
+        topics = [topic] if topic else sorted(
+            t for t in await self.topic_list()
+            if not t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+        )
+        rows: list[TopicTraffic] = []
+        for t in topics:
+            try:
+                route = await self.topic_route(t)
+            except (MQBrokerError, MQClientError, RemotingError):
+                continue
+            masters = [bd.broker_addrs[MASTER_ID] for bd in route.broker_datas if MASTER_ID in bd.broker_addrs]
+            in_tps, in_day = await self._traffic(masters, "TOPIC_PUT_NUMS", t)
+            groups: set[str] = set()
+            for addr in masters:
+                with contextlib.suppress(MQBrokerError, RemotingError):
+                    groups.update(await self.api.query_topic_consume_by_who(addr, t, self.timeout))
+            if not groups:
+                if not active_only or in_day > 0:
+                    rows.append(TopicTraffic(t, None, 0, in_tps, 0.0, in_day, 0))
+                continue
+            for group in sorted(groups):
+                out_tps, out_day = await self._traffic(masters, "GROUP_GET_NUMS", f"{t}@{group}")
+                try:
+                    backlog = max(0, (await self.consumer_progress(group, t)).diff_total)
+                except (MQBrokerError, MQClientError, RemotingError):
+                    backlog = 0
+                if not active_only or in_day > 0 or out_day > 0:
+                    rows.append(TopicTraffic(t, group, backlog, in_tps, out_tps, in_day, out_day))
+        return rows
+
+    async def _traffic(self, masters: list[str], stats_name: str, stats_key: str) -> tuple[float, int]:
+        """The item's last minute's rate and last day's count over `masters` (a broker without the item adds
+        nothing); the day's count falls back to the hour's, then the minute's, as RocketMQ's statsAll does."""
+        tps, day = 0.0, 0
+        for addr in masters:
+            try:
+                data = await self.api.view_broker_stats_data(addr, stats_name, stats_key, self.timeout)
+            except (MQBrokerError, RemotingError):
+                continue
+            tps += data.stats_minute.tps
+            day += data.stats_day.sum or data.stats_hour.sum or data.stats_minute.sum
+        return tps, day
 
     async def consumer_groups(self) -> list[str]:
         """Groups known from their retry topics (as `consumerProgress` without -g does)."""

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from remoting.body import (
+    BrokerStatsData,
     CheckClientRequestBody,
     ClusterInfo,
     ConsumerConnection,
@@ -889,6 +890,14 @@ class MQClientAPIImpl:
             addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}, timeout_ms=timeout_ms
         )
         return ProducerConnection.decode(resp.body) if resp.body else ProducerConnection()
+
+    async def view_broker_stats_data(
+        self, addr: str, stats_name: str, stats_key: str, timeout_ms: float | None = None
+    ) -> BrokerStatsData:
+        """VIEW_BROKER_STATS_DATA: one stats item's last minute, hour and day (e.g. TOPIC_PUT_NUMS, topic)."""
+        ext = {"statsName": stats_name, "statsKey": stats_key}
+        resp = await self._call(addr, RequestCode.VIEW_BROKER_STATS_DATA, ext, timeout_ms=timeout_ms)
+        return BrokerStatsData.decode(resp.body) if resp.body else BrokerStatsData()
 
     async def query_topic_consume_by_who(
         self, addr: str, topic: str, timeout_ms: float | None = None

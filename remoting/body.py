@@ -291,6 +291,22 @@ class ConsumeStatsList(Body):
         return ("{" + head + ',"consumeStatsList":[' + groups + "]}").encode()
 
 
+class BrokerStatsItem(Body):
+    """One window of a broker stats item: the count, a second on average, and per put or pull."""
+
+    sum: int = 0
+    tps: float = 0.0
+    avgpt: float = 0.0
+
+
+class BrokerStatsData(Body):
+    """VIEW_BROKER_STATS_DATA's body: the item's last minute, hour and day."""
+
+    stats_minute: BrokerStatsItem = Field(default_factory=BrokerStatsItem)
+    stats_hour: BrokerStatsItem = Field(default_factory=BrokerStatsItem)
+    stats_day: BrokerStatsItem = Field(default_factory=BrokerStatsItem)
+
+
 class TopicStatsTable(_MQKeyed):
     offset_table: dict[MessageQueue, TopicOffset] = Field(default_factory=dict)
 

@@ -784,6 +784,14 @@ class CloneGroupOffsetRequestHeader(CommandHeader):
 
 
 @header
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    """VIEW_BROKER_STATS_DATA (315): one of the broker's stats items (`mqadmin statsAll`)."""
+
+    stats_name: str
+    stats_key: str
+
+
+@header
 class QueryConsumeTimeSpanRequestHeader(CommandHeader):
     """QUERY_CONSUME_TIME_SPAN (303)."""
 

@@ -12,6 +12,8 @@ import structlog
 from broker.processor.common import BadRequest, await_dispatch, decode_header, maybe_await, now_ms, reply
 from broker.topic import topic_validator as tv
 from remoting.body import (
+    BrokerStatsData,
+    BrokerStatsItem,
     Connection,
     ConsumerConnection,
     ConsumeStats,
@@ -56,6 +58,7 @@ from remoting.headers import (
     ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 from remoting.message import decode_offset_msg_id
 from remoting.properties import ConfigError, parse_properties
@@ -110,6 +113,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch_mq,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch_mq,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
@@ -296,6 +300,17 @@ class AdminBrokerProcessor:
 
     def get_broker_runtime_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         return reply(ResponseCode.SUCCESS, None, None, KVTable(table=self.prepare_runtime_info()).encode())
+
+    def view_broker_stats_data(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA (`mqadmin statsAll`): one stats item's last minute, hour and day, e.g.
+        TOPIC_PUT_NUMS of a topic or GROUP_GET_NUMS of topic@group."""
+        h = decode_header(ViewBrokerStatsDataRequestHeader, cmd)
+        windows = self.c.broker_stats.view_stats(h.stats_name, h.stats_key)
+        if windows is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
+        minute, hour, day = (BrokerStatsItem(sum=w.sum, tps=w.tps, avgpt=w.avgpt) for w in windows)
+        body = BrokerStatsData(stats_minute=minute, stats_hour=hour, stats_day=day)
+        return reply(ResponseCode.SUCCESS, None, None, body.encode())
 
     async def get_topic_stats_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         await await_dispatch(self.c.message_store)

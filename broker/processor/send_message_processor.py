@@ -554,10 +554,12 @@ class SendMessageProcessor:
             wrote = ar.wrote_bytes
             c = cells.get(topic)
             if c is None:
-                cells[topic] = [n, wrote]
+                cells[topic] = [n, wrote, 1 - n]
             else:
                 c[0] += n
                 c[1] += wrote
+                if batch:
+                    c[2] += 1 - n  # puts less messages: a batch is one put of n
             put_n += n
             put_size += wrote
             if batch:

@@ -827,6 +827,26 @@ def echo_running_info(info: ConsumerRunningInfo) -> None:
         click.echo(info.jstack)
 
 
+@cli.command("statsAll")
+@common
+@click.option("-a", "--activeTopic", "active", is_flag=True, help="only topics with messages in or out over the last day")
+@click.option("-t", "--topic", default=None, help="one topic")
+@json_opt
+def stats_all(namesrv_addr: str | None, active: bool, topic: str | None, as_json: bool) -> int:
+    """Every topic's traffic: messages a second in and, per consuming group, out over the last minute, the
+    last day's counts, and each group's backlog (RocketMQ's statsAll)."""
+    rows = run_admin(namesrv_addr, lambda a: a.stats_all(topic, active_only=active))
+    if as_json:
+        echo_json(rows)
+        return 0
+    echo_table(["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS", "#InMsg24Hour", "#OutMsg24Hour"], [
+        (r.topic, r.group or "", r.accumulation, f"{r.in_tps:.2f}", f"{r.out_tps:.2f}" if r.group else "",
+         r.in_msg_24h, r.out_msg_24h if r.group else "NO_CONSUMER")
+        for r in rows
+    ])
+    return 0
+
+
 @cli.command("queryMsgTraceById")
 @common
 @click.option("-i", "--msgId", "msg_id", required=True, help="the message id (UNIQ_KEY) a send returned")

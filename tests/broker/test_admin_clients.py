@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from remoting.body import (
+    BrokerStatsData,
     ConsumerConnection,
     ConsumerData,
     ConsumeStats,
@@ -358,6 +359,26 @@ async def test_runtime_info_and_broker_config(tmp_path: Path) -> None:
         assert parse_properties(conf.read_text()) == {
             "brokerName": "broker-t", "autoCreateTopicEnable": "false", "maxMessageSize": "2048"
         }
+
+
+async def test_view_broker_stats_data(broker: BrokerHarness) -> None:
+    h = broker
+    for i in range(3):
+        assert (await h.call(send_v1("StatsT", f"m{i}".encode(), queue_id=0))).code == ResponseCode.SUCCESS
+    await asyncio.sleep(1.2)  # the stats loop snapshots a new key within a second
+    assert (await h.call(send_v1("StatsT", b"m3", queue_id=0))).code == ResponseCode.SUCCESS
+
+    def view(name: str, key: str) -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})
+
+    r = await h.call(view("TOPIC_PUT_NUMS", "StatsT"))
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    data = BrokerStatsData.decode(r.body)
+    for window in (data.stats_minute, data.stats_hour, data.stats_day):
+        assert window.sum == 4 and window.avgpt == 1.0 and window.tps > 0
+    assert json.loads(r.body)["statsMinute"].keys() == {"sum", "tps", "avgpt"}  # RocketMQ's field names
+    r = await h.call(view("TOPIC_PUT_NUMS", "NoSuchTopic"))
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "The stats <TOPIC_PUT_NUMS> <NoSuchTopic> not exist"
 
 
 async def test_lock_batch_mq(broker: BrokerHarness) -> None:

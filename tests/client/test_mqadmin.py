@@ -317,3 +317,39 @@ def test_mqshutdown_signals_the_found_pids(
     assert mqshutdown.main(["namesrv"]) == 0
     assert sent == [(4242, 15), (4343, 15)]
     assert "4242 4343" in capsys.readouterr().out
+
+
+async def test_stats_all_counts_traffic_in_and_out(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    idle = f"{topic}_IDLE"
+    for t in (topic, idle):
+        ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", t, "-r", "2", "-w", "2")
+    group = f"SG_{topic}"
+    got: list[bytes] = []
+
+    async def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        got.extend(m.body for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(group, n, consume_from_where="CONSUME_FROM_FIRST_OFFSET")
+    consumer.subscribe(topic)
+    consumer.register_listener(listener)
+    async with Producer(f"SP_{topic}", n) as p, consumer:
+        for i in range(6):
+            await p.send(Message(topic, f"s{i}".encode()))
+        deadline = asyncio.get_running_loop().time() + 15
+        while True:  # each broker snapshots a new stats key within a second of its first count
+            js = json.loads(await asyncio.to_thread(ok, "statsAll", "-n", n, "-t", topic, "--json"))
+            row = next((r for r in js if r["group"] == group), None)
+            if len(got) == 6 and row is not None and row["in_msg_24h"] == 6 and row["out_msg_24h"] == 6:
+                break
+            assert asyncio.get_running_loop().time() < deadline, (js, len(got))
+            await asyncio.sleep(0.3)
+        assert row["in_tps"] > 0 and row["out_tps"] > 0
+    # the consumer committed its offsets as it shut down: nothing left to consume
+    [row] = json.loads(await asyncio.to_thread(ok, "statsAll", "-n", n, "-t", topic, "--json"))
+    assert (row["group"], row["accumulation"], row["in_msg_24h"]) == (group, 0, 6)
+    table = rows(await asyncio.to_thread(ok, "statsAll", "-n", n))
+    assert [r for r in table if r[0] == idle] == [[idle, "0", "0.00", "0", "NO_CONSUMER"]]
+    active = rows(await asyncio.to_thread(ok, "statsAll", "-n", n, "-a"))
+    assert not [r for r in active if r[0] == idle] and [r for r in active if r[0] == topic]
