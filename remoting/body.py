@@ -359,6 +359,42 @@ class ConsumerRunningInfo(_MQKeyed):
     jstack: str | None = None
 
 
+def _mq_offsets_json(table: dict[MessageQueue, int]) -> str:
+    """A map MessageQueue -> offset as fastjson writes it: each key the queue's JSON object."""
+    return "{" + ",".join(f"{mq.key_json()}:{int(off)}" for mq, off in table.items()) + "}"
+
+
+class GetConsumerStatusBody(Body):
+    """GET_CONSUMER_STATUS_FROM_CLIENT's answer (a client's offsets of one topic, messageQueueTable) and
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS's (each asked client's table, by client id: consumerTable).
+    Both maps are keyed by MessageQueue objects, fastjson's way, so Java peers read and write them."""
+
+    message_queue_table: dict[MessageQueue, int] = Field(default_factory=dict)
+    consumer_table: dict[str, dict[MessageQueue, int]] = Field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        clients = ",".join(
+            f"{json.dumps(cid)}:{_mq_offsets_json(table)}" for cid, table in self.consumer_table.items()
+        )
+        own = _mq_offsets_json(self.message_queue_table)
+        return ('{"consumerTable":{' + clients + '},"messageQueueTable":' + own + "}").encode()
+
+    @field_validator("message_queue_table", mode="before")
+    @classmethod
+    def _mq_keys(cls, v: Any) -> Any:
+        return {_mq_from_key(k): off for k, off in v.items()} if isinstance(v, dict) else v
+
+    @field_validator("consumer_table", mode="before")
+    @classmethod
+    def _client_mq_keys(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        return {
+            cid: {_mq_from_key(k): off for k, off in t.items()} if isinstance(t, dict) else t
+            for cid, t in v.items()
+        }
+
+
 class ConsumeMessageDirectlyResult(Body):
     order: bool = False
     auto_commit: bool = True

@@ -638,6 +638,16 @@ class GetConsumeStatsInBrokerHeader(CommandHeader):
     is_order: bool = False
 
 
+@header
+class GetConsumerStatusRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223), admin -> broker, and GET_CONSUMER_STATUS_FROM_CLIENT (221),
+    broker -> client. clientAddr, despite its name, is compared with client ids (as RocketMQ does)."""
+
+    topic: str
+    group: str
+    client_addr: str | None = None
+
+
 # ------------------------------------------------------------------ namesrv
 
 

@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
 
-from remoting.body import MessageQueue, ResetOffsetBody
+from broker.client.client_channel_info import ClientChannelInfo
+from remoting.body import GetConsumerStatusBody, MessageQueue, ResetOffsetBody
 from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RemotingConnection
-from remoting.errors import RemotingError
-from remoting.headers import NotifyConsumerIdsChangedRequestHeader, ResetOffsetRequestHeader
+from remoting.errors import RemotingError, RemotingTimeoutError
+from remoting.headers import (
+    GetConsumerStatusRequestHeader,
+    NotifyConsumerIdsChangedRequestHeader,
+    ResetOffsetRequestHeader,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 log = structlog.get_logger(__name__)
+
+# How long the broker waits for each client's GET_CONSUMER_STATUS_FROM_CLIENT answer (the clients are asked
+# at once). Below the Java mqadmin's default request timeout (5 s), so a client that does not answer is
+# reported by name rather than the tool timing out first (RocketMQ waits 5 s per client, one after another).
+CONSUMER_STATUS_TIMEOUT_MS = 3000
+
+# MQVersion.Version's first names, up to V3_0_7_SNAPSHOT (ordinal 28): clients older than that cannot
+# answer GET_CONSUMER_STATUS_FROM_CLIENT; the names are what RocketMQ's refusal shows.
+_VERSIONS_BEFORE_V3_0_7 = (
+    "V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1", "V3_0_0_BETA1", "V3_0_0_BETA2", "V3_0_0_BETA3", "V3_0_0_BETA4",
+    "V3_0_0_BETA5", "V3_0_0_BETA6_SNAPSHOT", "V3_0_0_BETA6", "V3_0_0_BETA7_SNAPSHOT", "V3_0_0_BETA7",
+    "V3_0_0_BETA8_SNAPSHOT", "V3_0_0_BETA8", "V3_0_0_BETA9_SNAPSHOT", "V3_0_0_BETA9", "V3_0_0_FINAL",
+    "V3_0_1_SNAPSHOT", "V3_0_1", "V3_0_2_SNAPSHOT", "V3_0_2", "V3_0_3_SNAPSHOT", "V3_0_3", "V3_0_4_SNAPSHOT",
+    "V3_0_4", "V3_0_5_SNAPSHOT", "V3_0_5", "V3_0_6_SNAPSHOT", "V3_0_6",
+)
+
+
+def _version_desc(version: int) -> str:
+    """MQVersion.getVersionDesc for the versions that get it shown (those before V3_0_7_SNAPSHOT)."""
+    return _VERSIONS_BEFORE_V3_0_7[version] if 0 <= version < len(_VERSIONS_BEFORE_V3_0_7) else str(version)
 
 
 class Broker2Client:
@@ -94,3 +120,77 @@ class Broker2Client:
                  clients_told=told, offsets={mq.queue_id: o for mq, o in table.items()})
         remark = None if told else f"consumer group {group} is not online; offsets were reset in the broker only"
         return RemotingCommand(code=ResponseCode.SUCCESS, remark=remark, body=body)
+
+    async def get_consume_status(self, topic: str, group: str, client_id: str | None) -> RemotingCommand:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS: ask the group's clients (only `client_id` when given) for
+        their offsets of `topic` (GET_CONSUMER_STATUS_FROM_CLIENT) and answer them by client id.
+
+        As RocketMQ: a client that answers with an error code is left out (a client kind that does not
+        implement the request must not hide the others). Unlike RocketMQ, which leaves a silent client out
+        too, a client that does not answer within CONSUMER_STATUS_TIMEOUT_MS (or whose connection fails)
+        makes the answer a SYSTEM_ERROR naming it: an empty table would read as "consumes nothing"."""
+        gi = self.controller.consumer_manager.get_consumer_group_info(group)
+        if gi is None or not gi.channel_info_table:
+            return RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR, remark=f"No Any Consumer online in the consumer group: [{group}]"
+            )
+        targets = list(gi.channel_info_table.values())
+        if client_id:
+            # The first connection with that id only, as RocketMQ. With none, RocketMQ answers an empty
+            # table; naming the absent client says more.
+            targets = [i for i in targets if i.client_id == client_id][:1]
+            if not targets:
+                return RemotingCommand(
+                    code=ResponseCode.SYSTEM_ERROR, remark=f"The Consumer <{group}> <{client_id}> not online"
+                )
+        # RocketMQ refuses when any member is that old, asked or not; only the clients asked matter here.
+        for info in targets:
+            if info.version < len(_VERSIONS_BEFORE_V3_0_7):
+                log.warning("consumer_status_client_too_old", group=group, client_id=info.client_id,
+                            peer=info.remote_addr, version=info.version)
+                return RemotingCommand(
+                    code=ResponseCode.SYSTEM_ERROR,
+                    remark=f"the client does not support this feature. version={_version_desc(info.version)}",
+                )
+        header = GetConsumerStatusRequestHeader(topic=topic, group=group).encode()
+        answers = await asyncio.gather(*(self._ask_consumer_status(info, header) for info in targets))
+        table: dict[str, dict[MessageQueue, int]] = {}
+        silent: list[str] = []
+        for info, (offsets, failure) in zip(targets, answers, strict=True):
+            if failure is not None:
+                silent.append(failure)
+            elif offsets is not None:
+                table[info.client_id] = offsets
+        if silent:
+            return RemotingCommand(code=ResponseCode.SYSTEM_ERROR, remark="; ".join(silent))
+        log.info("consumer_status_collected", topic=topic, group=group, clients=sorted(table))
+        return RemotingCommand(code=ResponseCode.SUCCESS, body=GetConsumerStatusBody(consumer_table=table).encode())
+
+    async def _ask_consumer_status(
+        self, info: ClientChannelInfo, header: dict[str, str]
+    ) -> tuple[dict[MessageQueue, int] | None, str | None]:
+        """One client's offsets table, or (None, why it gave none): (None, None) when it declined with an
+        error code or sent no body, (None, text naming it) when it did not answer."""
+        req = RemotingCommand.request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, dict(header))
+        group = header.get("group")
+        try:
+            resp = await self.call_client(info.conn, req, CONSUMER_STATUS_TIMEOUT_MS)
+        except RemotingTimeoutError:
+            log.warning("consumer_status_timeout", group=group, client_id=info.client_id, peer=info.remote_addr)
+            return None, (f"consumer <{group}> <{info.client_id}> did not answer GET_CONSUMER_STATUS_FROM_CLIENT "
+                          f"within {CONSUMER_STATUS_TIMEOUT_MS} ms")
+        except RemotingError as e:
+            log.warning("consumer_status_failed", group=group, client_id=info.client_id, peer=info.remote_addr,
+                        error=str(e))
+            return None, f"invoke consumer <{group}> <{info.client_id}> failed: {e}"
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            log.warning("consumer_status_declined", group=group, client_id=info.client_id, peer=info.remote_addr,
+                        code=resp.code, remark=resp.remark)
+            return None, None
+        try:
+            return GetConsumerStatusBody.decode(resp.body).message_queue_table, None
+        except ValueError as e:
+            # (an unreadable answer is the client's fault, not a reason to hide the others': left out, logged)
+            log.warning("consumer_status_bad_body", group=group, client_id=info.client_id, peer=info.remote_addr,
+                        error=str(e).splitlines()[0])
+            return None, None

@@ -47,6 +47,7 @@ from remoting.headers import (
     GetBrokerConfigResponseHeader,
     GetConsumerConnectionListRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumerStatusRequestHeader,
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -127,6 +128,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: self.get_consumer_status,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
@@ -451,6 +453,14 @@ class AdminBrokerProcessor:
             ]
         )
         return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    async def get_consumer_status(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """`mqadmin getConsumerStatus`: each client of the group (or the one named by clientAddr, a client
+        id) reports its offsets of the topic, relayed by Broker2Client."""
+        h = decode_header(GetConsumerStatusRequestHeader, cmd)
+        client_id = (h.client_addr or "").strip() or None
+        log.info("get_consumer_status", topic=h.topic, group=h.group, client_id=client_id, peer=ctx.remote_addr)
+        return await self.c.broker2client.get_consume_status(h.topic, h.group, client_id)
 
     def query_topic_consume_by_who(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         h = decode_header(QueryTopicConsumeByWhoRequestHeader, cmd)
