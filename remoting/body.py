@@ -395,6 +395,22 @@ class GetConsumerStatusBody(Body):
         }
 
 
+class ProducerInfo(Body):
+    """One producer connection in GET_ALL_PRODUCER_INFO's answer (RocketMQ 4.9.4+'s ProducerInfo)."""
+
+    client_id: str
+    remote_ip: str = Field(default="", alias="remoteIP")  # Java's SocketAddress.toString(): "/ip:port"
+    language: str = "JAVA"
+    version: int = 0
+    last_update_timestamp: int = 0
+
+
+class ProducerTableInfo(Body):
+    """GET_ALL_PRODUCER_INFO's answer: each producer group on a broker, with its connections."""
+
+    data: dict[str, list[ProducerInfo]] = Field(default_factory=dict)
+
+
 class ConsumeMessageDirectlyResult(Body):
     order: bool = False
     auto_commit: bool = True

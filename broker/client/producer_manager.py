@@ -8,6 +8,7 @@ import time
 import structlog
 
 from broker.client.client_channel_info import ClientChannelInfo
+from remoting.body import ProducerInfo, ProducerTableInfo
 from remoting.connection import RemotingConnection
 
 log = structlog.get_logger(__name__)
@@ -61,6 +62,25 @@ class ProducerManager:
 
     def get_group_channels(self, group: str) -> dict[RemotingConnection, ClientChannelInfo]:
         return self.group_channel_table.get(group, {})
+
+    def get_producer_table(self) -> ProducerTableInfo:
+        """Every group's producer connections (GET_ALL_PRODUCER_INFO, `mqadmin producer`)."""
+        return ProducerTableInfo(
+            data={
+                group: [
+                    ProducerInfo(
+                        client_id=info.client_id,
+                        # Java writes the channel's SocketAddress.toString(): "/ip:port"
+                        remote_ip=f"/{info.remote_addr}",
+                        language=info.language.name,
+                        version=info.version,
+                        last_update_timestamp=info.last_update_timestamp,
+                    )
+                    for info in table.values()
+                ]
+                for group, table in self.group_channel_table.items()
+            }
+        )
 
     def get_available_channel(self, group: str) -> RemotingConnection | None:
         """A live connection of the group (transaction state checks ask one producer)."""

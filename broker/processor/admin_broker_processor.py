@@ -123,6 +123,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_ALL_PRODUCER_INFO: self.get_all_producer_info,
             RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
@@ -453,6 +454,10 @@ class AdminBrokerProcessor:
             ]
         )
         return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    def get_all_producer_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """Every producer group connected here and its clients (`mqadmin producer -b`); no header fields."""
+        return reply(ResponseCode.SUCCESS, None, None, self.c.producer_manager.get_producer_table().encode())
 
     async def get_consumer_status(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         """`mqadmin getConsumerStatus`: each client of the group (or the one named by clientAddr, a client

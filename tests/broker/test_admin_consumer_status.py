@@ -1,10 +1,11 @@
 """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223: the broker relays GET_CONSUMER_STATUS_FROM_CLIENT, 221, to the
-group's clients) against an in-process broker, with hand-made clients; and its body in the form Java's
-fastjson writes."""
+group's clients) and GET_ALL_PRODUCER_INFO (328) against an in-process broker, with hand-made clients; and
+both bodies in the form Java's fastjson writes."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 import pytest
 
@@ -15,14 +16,16 @@ from remoting.body import (
     HeartbeatData,
     MessageQueue,
     ProducerData,
+    ProducerTableInfo,
     SubscriptionData,
 )
 from remoting.client import RemotingClient
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import LanguageCode, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import RequestContext, RequestDispatcher
 from remoting.headers import GetConsumerStatusRequestHeader
 from tests.broker.conftest import BrokerHarness
+from tests.broker.helpers import wait_until
 
 
 def mq(queue_id: int, topic: str = "ST", broker: str = "broker-t") -> MessageQueue:
@@ -197,3 +200,65 @@ def test_consumer_status_body_in_java_form() -> None:
     body = GetConsumerStatusBody.decode(from_broker)
     assert body.consumer_table == {"10.0.0.1@123": {mq(1, "T", "broker-a"): 4}}
     assert body.encode() == from_broker
+
+
+# ---------------------------------------------------------------------------------------- producer info
+
+
+async def test_all_producer_info_lists_each_group_and_connection(broker: BrokerHarness) -> None:
+    h = broker
+
+    async def producer_table() -> dict[str, list[str]]:
+        r = await h.call(RemotingCommand.request(RequestCode.GET_ALL_PRODUCER_INFO))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return {g: sorted(p.client_id for p in ps) for g, ps in ProducerTableInfo.decode(r.body).data.items()}
+
+    p1, p2 = RemotingClient(), RemotingClient()
+    try:
+        before = int(time.time() * 1000)
+        assert (await p1.invoke(h.addr, heartbeat("prod-1", producer="PG1"), 5000)).code == ResponseCode.SUCCESS
+        assert (await p2.invoke(h.addr, heartbeat("prod-2", producer="PG1"), 5000)).code == ResponseCode.SUCCESS
+        java = heartbeat("prod-3", producer="PG2")
+        java.language, java.version = LanguageCode.JAVA, 395
+        assert (await p2.invoke(h.addr, java, 5000)).code == ResponseCode.SUCCESS
+        after = int(time.time() * 1000)
+
+        r = await h.call(RemotingCommand.request(RequestCode.GET_ALL_PRODUCER_INFO))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        info = ProducerTableInfo.decode(r.body)
+        assert await producer_table() == {"PG1": ["prod-1", "prod-2"], "PG2": ["prod-3"]}
+        by_id = {p.client_id: p for ps in info.data.values() for p in ps}
+        assert (by_id["prod-1"].language, by_id["prod-3"].language) == ("PYTHON", "JAVA")
+        assert by_id["prod-3"].version == 395
+        for p in by_id.values():
+            assert before <= p.last_update_timestamp <= after
+            # Java's SocketAddress.toString() of the producer's end of the connection
+            assert p.remote_ip.startswith("/127.0.0.1:")
+        assert by_id["prod-2"].remote_ip == by_id["prod-3"].remote_ip != by_id["prod-1"].remote_ip
+        assert b'"remoteIP":"/127.0.0.1:' in r.body and b'"lastUpdateTimestamp":' in r.body
+
+        # A closed connection leaves the table; with no producer left it is empty, not an error.
+        await p1.close()
+        assert await wait_until(
+            lambda: _eq(producer_table(), {"PG1": ["prod-2"], "PG2": ["prod-3"]})
+        )
+        await p2.close()
+        assert await wait_until(lambda: _eq(producer_table(), {}))
+    finally:
+        await p1.close()
+        await p2.close()
+
+
+async def _eq(got: Awaitable[object], want: object) -> bool:
+    return await got == want
+
+
+def test_producer_table_info_in_java_form() -> None:
+    """A Java 4.9.4+ broker's answer (fastjson: fields sorted, the language enum by name)."""
+    java = (
+        b'{"data":{"PG":[{"clientId":"10.0.0.1@4242","language":"JAVA","lastUpdateTimestamp":1700000000123,'
+        b'"remoteIP":"/10.0.0.1:53211","version":401}]}}'
+    )
+    [p] = ProducerTableInfo.decode(java).data["PG"]
+    assert (p.client_id, p.remote_ip, p.language, p.version, p.last_update_timestamp) == (
+        "10.0.0.1@4242", "/10.0.0.1:53211", "JAVA", 401, 1700000000123)
