@@ -40,6 +40,7 @@ from remoting.body import (
     ConsumeMessageDirectlyResult,
     ConsumerData,
     ConsumerRunningInfo,
+    GetConsumerStatusBody,
     HeartbeatData,
     ProducerData,
     ResetOffsetBody,
@@ -54,6 +55,7 @@ from remoting.errors import RemotingError
 from remoting.headers import (
     CheckTransactionStateRequestHeader,
     GetConsumerRunningInfoRequestHeader,
+    GetConsumerStatusRequestHeader,
     HeaderError,
     NotifyConsumerIdsChangedRequestHeader,
     ReplyMessageRequestHeader,
@@ -64,7 +66,7 @@ from remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_me
 from .config import ClientConfig
 from .errors import MQBrokerError, MQClientError, NoNameServerError, NoRouteError, TopicNotExistError
 from .message import MessageQueue
-from .mq_client_api import MQClientAPIImpl, from_body_mq
+from .mq_client_api import MQClientAPIImpl, from_body_mq, to_body_mq
 from .route import (
     MASTER_ID,
     TopicPublishInfo,
@@ -791,19 +793,19 @@ class MQClientInstance:
         return cmd.response()
 
     async def _get_consumer_status(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-        ext = cmd.ext_fields or {}
-        topic, group = str(ext.get("topic", "")), str(ext.get("group", ""))
-        consumer = self.select_consumer(group)
+        """GET_CONSUMER_STATUS_FROM_CLIENT (a broker relaying `mqadmin getConsumerStatus`): the group's
+        offsets of the topic as this client holds them; an empty table for a group it does not run."""
+        try:
+            header = GetConsumerStatusRequestHeader.decode(cmd.ext_fields)
+        except HeaderError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        consumer = self.select_consumer(header.group)
         fn = getattr(consumer, "consumer_status", None) if consumer is not None else None
         table: dict[MessageQueue, int] = {}
         if fn is not None:
-            table = dict(await _maybe_await(fn(topic)))
-        items = ",".join(
-            f"{json.dumps(mq.to_body(), separators=(',', ':'), sort_keys=True)}:{int(off)}"
-            for mq, off in table.items()
-        )
-        body = ('{"consumerTable":{},"messageQueueTable":{' + items + "}}").encode()
-        return cmd.response(body=body)
+            table = dict(await _maybe_await(fn(header.topic)))
+        body = GetConsumerStatusBody(message_queue_table={to_body_mq(mq): int(off) for mq, off in table.items()})
+        return cmd.response(body=body.encode())
 
     async def _get_consumer_running_info(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         try:
