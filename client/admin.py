@@ -30,6 +30,7 @@ from remoting.body import (
     ConsumerRunningInfo,
     ConsumeStatsList,
     ProducerConnection,
+    ProducerTableInfo,
     QueryConsumeTimeSpanBody,
     SubscriptionGroupConfig,
     TopicRouteData,
@@ -703,6 +704,37 @@ class Admin:
         if last is not None:
             raise last
         raise ConsumerNotOnlineError(206, f"the consumer group[{group}] not online")
+
+    async def consume_status(
+        self, topic: str, group: str, client_id: str | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """`getConsumerStatus`: client id -> the offsets of `topic` that each online client of `group` (only
+        `client_id` when given) holds in its offset store (consumed up to there; the brokers get them at its
+        next offset persist), asked through a broker of the topic (INVOKE_BROKER_TO_GET_CONSUMER_STATUS).
+        RocketMQ's getConsumeStatus asks the route's first broker only; here a broker that fails (the group
+        not online there yet, say) is followed by the next."""
+        route = await self.topic_route(topic)
+        last: BaseException | None = None
+        for bd in route.broker_datas:
+            addr = bd.select_broker_addr()
+            if addr is None:
+                continue
+            try:
+                # The broker waits up to 3 s for its clients: give it that on top of the request's own time.
+                return await self.api.invoke_broker_to_get_consumer_status(
+                    addr, topic, group, client_id, self.timeout + 5000
+                )
+            except (MQBrokerError, RemotingError) as e:
+                log.debug("consume_status_failed", broker=addr, group=group, topic=topic, error=str(e))
+                last = e
+        if last is not None:
+            raise last
+        raise MQClientError(f"topic {topic} has no broker to ask for the consumer status of group {group}")
+
+    async def all_producer_info(self, broker_addr: str) -> ProducerTableInfo:
+        """`producer -b`: every producer group connected to one broker and, per connection, the client id,
+        its address, language, version and last heartbeat time (GET_ALL_PRODUCER_INFO, RocketMQ 4.9.4+)."""
+        return await self.api.get_all_producer_info(broker_addr, self.timeout)
 
     async def consumer_ids(self, group: str) -> list[str]:
         conn = await self.consumer_connection(group)

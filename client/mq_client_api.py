@@ -24,11 +24,13 @@ from remoting.body import (
     ConsumeStats,
     ConsumeStatsList,
     GetConsumerListByGroupResponseBody,
+    GetConsumerStatusBody,
     HeartbeatData,
     KVTable,
     LockBatchRequestBody,
     LockBatchResponseBody,
     ProducerConnection,
+    ProducerTableInfo,
     ResetOffsetBody,
     SubscriptionData,
     SubscriptionGroupConfig,
@@ -56,6 +58,7 @@ from remoting.headers import (
     SERIALIZE_TYPES_EXT_FIELD,
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    GetConsumerStatusRequestHeader,
     PullMessageRequestHeader,
 )
 from remoting.message import MessageConst, MessageExt, decode_message, decode_messages
@@ -898,6 +901,27 @@ class MQClientAPIImpl:
         ext = {"statsName": stats_name, "statsKey": stats_key}
         resp = await self._call(addr, RequestCode.VIEW_BROKER_STATS_DATA, ext, timeout_ms=timeout_ms)
         return BrokerStatsData.decode(resp.body) if resp.body else BrokerStatsData()
+
+    async def get_all_producer_info(self, addr: str, timeout_ms: float | None = None) -> ProducerTableInfo:
+        """GET_ALL_PRODUCER_INFO: every producer group connected to one broker, with its clients."""
+        resp = await self._call(addr, RequestCode.GET_ALL_PRODUCER_INFO, timeout_ms=timeout_ms)
+        return ProducerTableInfo.decode(resp.body) if resp.body else ProducerTableInfo()
+
+    async def invoke_broker_to_get_consumer_status(
+        self, addr: str, topic: str, group: str, client_id: str | None = None, timeout_ms: float | None = None
+    ) -> dict[str, dict[MessageQueue, int]]:
+        """INVOKE_BROKER_TO_GET_CONSUMER_STATUS: the broker asks the group's clients (or the one with
+        `client_id`; the header calls it clientAddr) for their offsets of `topic`; client id -> offsets."""
+        header = GetConsumerStatusRequestHeader(topic=topic, group=group, client_addr=client_id or None)
+        resp = await self._call(
+            addr, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, header.encode(), timeout_ms=timeout_ms
+        )
+        if not resp.body:
+            return {}
+        return {
+            cid: {from_body_mq(mq): int(off) for mq, off in table.items()}
+            for cid, table in GetConsumerStatusBody.decode(resp.body).consumer_table.items()
+        }
 
     async def query_topic_consume_by_who(
         self, addr: str, topic: str, timeout_ms: float | None = None

@@ -698,6 +698,27 @@ def producer_connection(namesrv_addr: str | None, group: str, topic: str, as_jso
     return 0
 
 
+@cli.command("producer")
+@common
+@click.option("-b", "--broker", "broker_addr", required=True, help="broker address")
+@json_opt
+def producer(namesrv_addr: str | None, broker_addr: str, as_json: bool) -> int:
+    """Every producer group connected to one broker, and its clients."""
+    info = run_admin(namesrv_addr, lambda a: a.all_producer_info(broker_addr))
+    if as_json:
+        echo_json(info)
+        return 0
+    echo_table(
+        ["#ProducerGroup", "#ClientId", "#RemoteIP", "#Language", "#Version", "#LastUpdateTime"],
+        [
+            (group, p.client_id, p.remote_ip, p.language, p.version, fmt_ts(p.last_update_timestamp))
+            for group, producers in sorted(info.data.items())
+            for p in sorted(producers, key=lambda p: p.client_id)
+        ],
+    )
+    return 0
+
+
 @cli.command("brokerConsumeStats")
 @common
 @click.option("-b", "--brokerAddr", "broker_addr", required=True)
@@ -844,6 +865,31 @@ def stats_all(namesrv_addr: str | None, active: bool, topic: str | None, as_json
          r.in_msg_24h, r.out_msg_24h if r.group else "NO_CONSUMER")
         for r in rows
     ])
+    return 0
+
+
+@cli.command("getConsumerStatus")
+@common
+@click.option("-g", "--group", required=True, help="consumer group")
+@click.option("-t", "--topic", required=True)
+@click.option("-i", "--originClientId", "client_id", default=None, help="only this client (its client id)")
+@json_opt
+def get_consumer_status(namesrv_addr: str | None, group: str, topic: str, client_id: str | None, as_json: bool) -> int:
+    """The offsets of a topic each online client of a group holds (consumed up to there; the brokers get them
+    at the client's next offset persist), asked from the clients through a broker."""
+    table = run_admin(namesrv_addr, lambda a: a.consume_status(topic, group, client_id))
+    per_client = {
+        cid: sorted(offsets.items(), key=lambda item: (item[0].broker_name, item[0].queue_id))
+        for cid, offsets in sorted(table.items())
+    }
+    if as_json:
+        echo_json({cid: [{"queue": mq, "offset": off} for mq, off in queues] for cid, queues in per_client.items()})
+        return 0
+    click.echo(f"get consumer status from client. group={group}, topic={topic}, originClientId={client_id or ''}")
+    echo_table(
+        ["#clientId", "#brokerName", "#queueId", "#offset"],
+        [(cid, mq.broker_name, mq.queue_id, off) for cid, queues in per_client.items() for mq, off in queues],
+    )
     return 0
 
 

@@ -6,11 +6,21 @@ import asyncio
 import json
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from client import Admin, ConsumeConcurrentlyStatus, Message, MessageQueue, Producer, PushConsumer
+from client import (
+    Admin,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    MessageQueue,
+    Producer,
+    PushConsumer,
+)
 from client.cli import mqshutdown
 from tests.client.conftest import RealCluster
 from tests.support.daemons import BIN, PYTHON, refused_port
@@ -43,6 +53,14 @@ def fails(*args: str, **kw: object) -> str:
 
 def rows(table: str) -> list[list[str]]:
     return [ln.split() for ln in table.splitlines()[1:] if ln.strip()]
+
+
+async def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 def test_topic_lifecycle(real_cluster: RealCluster, topic: str) -> None:
@@ -245,6 +263,91 @@ async def test_producer_connection_and_topic_clusters(real_cluster: RealCluster,
     assert "Not found the producer group connection" in line
     shares = json.loads(ok("allocateMQ", "-n", n, "-t", topic, "-i", "10.0.0.1,10.0.0.2,10.0.0.3"))["result"]
     assert [[q["queueId"] for q in shares[ip]] for ip in ("10.0.0.1", "10.0.0.2", "10.0.0.3")] == [[0], [1], []]
+
+
+async def test_get_consumer_status_and_producer(real_cluster: RealCluster, topic: str) -> None:
+    """getConsumerStatus: each live push consumer's offsets of the topic as it reports them through a broker
+    (the queues it owns, at what it consumed and committed); producer -b: the producers connected to a broker."""
+    n = real_cluster.namesrv_addr
+    ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2")
+    queues = sorted(MessageQueue(topic, b, q) for b in ("broker-a", "broker-b") for q in range(2))
+    group, pgroup = f"GS_{topic}", f"PS_{topic}"
+    received: list[bytes] = []
+
+    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        received.extend(m.body for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumers = [
+        PushConsumer(group, n, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, instance_name=f"gs{i}")
+        for i in range(2)
+    ]
+    for c in consumers:
+        c.subscribe(topic, "*")
+        c.register_listener(listener)
+    try:
+        for c in consumers:
+            await c.start()
+
+        def shared() -> bool:  # the four queues, two each
+            owned = [[q for q in c.assigned_queues() if q.topic == topic] for c in consumers]
+            return sorted(owned[0] + owned[1]) == queues and [len(o) for o in owned] == [2, 2]
+
+        await wait_for(shared, 40, "the two consumers to share the topic's queues")
+        async with Producer(pgroup, n) as p:
+            for i, q in enumerate(queues):
+                for j in range(i + 1):  # queue i gets i + 1 messages
+                    await p.send(Message(topic, f"{q.broker_name}/{q.queue_id}/{j}".encode()), queue=q)
+            want = {
+                (c.client_id, q.broker_name, q.queue_id): queues.index(q) + 1
+                for c in consumers for q in c.assigned_queues() if q.topic == topic
+            }
+            await wait_for(lambda: len(received) == 10, 30, "the ten messages to be consumed")
+            await wait_for(
+                lambda: all(c.consumer_status(topic).get(q) == queues.index(q) + 1
+                            for c in consumers for q in c.assigned_queues() if q.topic == topic),
+                10, "the consumers' offsets to move past their messages")
+            for c in consumers:
+                await c.persist_consumer_offset()
+            async with Admin(n) as admin:
+                committed = {q.queue: q.consumer_offset for q in (await admin.consumer_progress(group, topic)).queues}
+            assert {(q.broker_name, q.queue_id): off for q, off in committed.items()} == {
+                (b, qid): off for (_cid, b, qid), off in want.items()}
+
+            out = await asyncio.to_thread(ok, "getConsumerStatus", "-n", n, "-g", group, "-t", topic)
+            head, table = out.split("\n", 1)
+            assert head == f"get consumer status from client. group={group}, topic={topic}, originClientId="
+            assert table.splitlines()[0].split() == ["#clientId", "#brokerName", "#queueId", "#offset"]
+            assert {(r[0], r[1], int(r[2])): int(r[3]) for r in rows(table)} == want
+            one = consumers[1].client_id
+            out = await asyncio.to_thread(ok, "getConsumerStatus", "-n", n, "-g", group, "-t", topic, "-i", one)
+            assert out.startswith(f"get consumer status from client. group={group}, topic={topic}, originClientId={one}")
+            assert {(r[0], r[1], int(r[2])): int(r[3]) for r in rows(out.split("\n", 1)[1])} == {
+                k: v for k, v in want.items() if k[0] == one}
+            js = json.loads(await asyncio.to_thread(ok, "getConsumerStatus", "-n", n, "-g", group, "-t", topic, "--json"))
+            assert sorted(js) == sorted(c.client_id for c in consumers)
+            assert {(cid, e["queue"]["brokerName"], e["queue"]["queueId"]): e["offset"]
+                    for cid, entries in js.items() for e in entries} == want
+            assert all(e["queue"]["topic"] == topic for entries in js.values() for e in entries)
+            line = await asyncio.to_thread(fails, "getConsumerStatus", "-n", n, "-g", group, "-t", topic, "-i", "nobody")
+            assert line.startswith("mqadmin: ") and f"The Consumer <{group}> <nobody> not online" in line
+
+            # producer -b: the running producer's group and client on each broker it sent to
+            for addr in real_cluster.brokers.values():
+                table_rows = [r for r in rows(await asyncio.to_thread(ok, "producer", "-n", n, "-b", addr)) if r[0] == pgroup]
+                assert [(r[1], r[3]) for r in table_rows] == [(p.instance.client_id, "PYTHON")]
+                assert table_rows[0][2].startswith("/")  # the producer's end of the connection, as Java prints it
+            js = json.loads(await asyncio.to_thread(ok, "producer", "-n", n, "-b", real_cluster.brokers["broker-a"], "--json"))
+            [info] = js["data"][pgroup]
+            assert (info["clientId"], info["language"], info["version"]) == (p.instance.client_id, "PYTHON", 401)
+            assert info["lastUpdateTimestamp"] > 0 and info["remoteIP"].startswith("/")
+    finally:
+        for c in consumers:
+            await c.shutdown()
+    line = fails("getConsumerStatus", "-n", n, "-g", "NoSuchGroup", "-t", topic)
+    assert line.startswith("mqadmin: ") and "No Any Consumer online in the consumer group: [NoSuchGroup]" in line
+    js = json.loads(ok("producer", "-n", n, "-b", real_cluster.brokers["broker-a"], "--json"))
+    assert pgroup not in js["data"]  # (the producer has shut down and unregistered)
 
 
 async def admin_update(n: str, group: str, mq: MessageQueue, offset: int) -> None:
