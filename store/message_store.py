@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from remoting.loop import in_slices
 from remoting.message import (
     MessageConst,
     MessageExt,
@@ -35,7 +36,12 @@ from remoting.message import (
 )
 
 from .checkpoint import StoreCheckpoint
-from .cleanup import CleanCommitLogService, CleanConsumeQueueService, default_disk_usage_probe
+from .cleanup import (
+    CLEAN_SLICE_QUEUES,
+    CleanCommitLogService,
+    CleanConsumeQueueService,
+    default_disk_usage_probe,
+)
 from .commit_log import CommitLog, MessageBatch, now_ms
 from .config import CQ_STORE_UNIT_SIZE, BrokerRole, MessageStoreConfig
 from .consume_queue import CQ_UNIT, ConsumeQueue
@@ -778,14 +784,22 @@ class DefaultMessageStore:
             for key in [k for k in table if k.rpartition("-")[0] in gone]:
                 del table[key]
         if victims:
-
-            def destroy() -> None:
-                for cq in victims:
-                    cq.destroy_blocking()
-
-            self._background.append(self.alloc_executor.submit(destroy))
+            self._destroy_queues(victims)
             log.info("topics_deleted", topics=sorted({cq.topic for cq in victims}), queues=len(victims))
         return len(victims)
+
+    def _destroy_queues(self, victims: list[ConsumeQueue]) -> Future[None]:
+        """Delete the files of consume queues already out of the table, on the store's I/O thread (the one
+        that creates queue files, so a file still being made for one of them is made before it goes).
+        shutdown and wait_background_io wait for it."""
+
+        def destroy() -> None:
+            for cq in victims:
+                cq.destroy_blocking()
+
+        fut = self.alloc_executor.submit(destroy)
+        self._background.append(fut)
+        return fut
 
     def clean_unused_topic(self, topics_in_use: set[str]) -> int:
         """Delete consume queues of topics not in `topics_in_use` (system schedule/op topics are kept)."""
@@ -795,6 +809,57 @@ class DefaultMessageStore:
             if t not in topics_in_use and t not in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC)
         }
         return self.delete_topics(unused)
+
+    async def clean_expired_consume_queues(self) -> int:
+        """Destroy the consume queues whose last unit points below the commit log's min offset (every
+        message they index is deleted) and forget topics left with none: RocketMQ's
+        cleanExpiredConsumerQueue (the broker's CLEAN_EXPIRED_CONSUMEQUEUE). A queue's next offset goes
+        with it, so a later send to it starts again at 0. Answers once the files are gone; returns the
+        queue count.
+
+        Kept: the schedule topic's queues (ScheduleMessageService's per-level offsets point into them, and
+        a queue restarting at 0 would leave those offsets past its end), queues with no unit yet (one just
+        made), and queues with records stored but not dispatched yet (not upstream's check: its queue
+        would be rebuilt at their old offsets while the next send got offset 0)."""
+        min_offset = self.commit_log.get_min_offset()
+        if min_offset <= 0:
+            return 0  # no commit log file deleted yet: every unit still points at a record
+        victims: list[ConsumeQueue] = []
+        next_offsets = self.commit_log.topic_queue_table
+        # A slice of queues per loop turn, as CleanConsumeQueueService: each look reads its last file's last
+        # unit, a page that can be cold, and with thousands of queues one pass held the loop for their sum.
+        async for part in in_slices(self.all_consume_queues(), CLEAN_SLICE_QUEUES):
+            for cq in part:
+                if cq.removed or cq.topic == RMQ_SYS_SCHEDULE_TOPIC:
+                    continue
+                last = cq.get_last_offset()
+                if last < 0 or last >= min_offset:
+                    continue
+                if next_offsets.get(cq.queue_key, 0) > cq.get_max_offset_in_queue():
+                    continue
+                qmap = self.consume_queue_table.get(cq.topic)
+                if qmap is None or qmap.get(cq.queue_id) is not cq:
+                    continue  # replaced meanwhile (its topic deleted and sent to again)
+                del qmap[cq.queue_id]
+                if not qmap:
+                    del self.consume_queue_table[cq.topic]
+                cq.removed = True  # a put or dispatch holding it looks the queue up again
+                self.commit_log.remove_queue_from_topic_queue_table(cq.topic, cq.queue_id)
+                victims.append(cq)
+                log.debug("consume_queue_expired", topic=cq.topic, queue_id=cq.queue_id, last_offset=last,
+                          commitlog_min_offset=min_offset)
+        if not victims:
+            return 0
+        await asyncio.wrap_future(self._destroy_queues(victims))
+        topics = {cq.topic for cq in victims}
+        log.info(
+            "expired_consume_queues_destroyed",
+            queues=len(victims),
+            topics=sorted(topics),
+            topics_removed=sorted(t for t in topics if t not in self.consume_queue_table),
+            commitlog_min_offset=min_offset,
+        )
+        return len(victims)
 
     async def wait_background_io(self) -> None:
         """Wait for file deletions handed to the I/O thread (tests / admin)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,3 +190,45 @@ def test_default_probe_uses_java_formula_not_root_reserve(monkeypatch: pytest.Mo
     assert cleanup.default_disk_usage_probe("/x") == 0.41
     monkeypatch.setattr(cleanup.os, "statvfs", lambda path: (_ for _ in ()).throw(OSError("gone")))
     assert cleanup.default_disk_usage_probe("/x") == -1.0
+
+
+async def test_clean_expired_consume_queues(make_store: Callable[..., DefaultMessageStore]) -> None:
+    """Queues whose messages the commit log no longer holds go (CLEAN_EXPIRED_CONSUMEQUEUE), files and all;
+    a queue with a record stored but not dispatched yet stays, though its dispatched units are all expired
+    (removed, the dispatcher would rebuild it at the record's old offset while the next send got 0)."""
+    store = make_store(
+        deleteWhen=";".join(f"{h:02d}" for h in range(24)), fileReservedTime=0,
+        deleteCommitLogFilesInterval=0, deleteConsumeQueueFilesInterval=0,
+    )
+    store.disk_usage_probe = lambda: 0.10
+    await store.start()
+    assert await store.clean_expired_consume_queues() == 0  # no commit log file deleted yet
+    for topic, qid in (("Old", 0), ("Old", 0), ("Gone", 0), ("Gone", 1)):
+        assert (await store.put_message(make_msg(topic, b"o" * 3000, queue_id=qid))).is_ok
+    await fill(store, 60)
+    for qid in (0, 1):  # (fill's queues: their last units stay in the commit log's last file)
+        assert (await store.put_message(make_msg(body=b"t", queue_id=qid))).is_ok
+    assert await store.clean_expired_files_now() >= 2
+    assert store.get_commit_log_min_offset() > 0
+    cq_root = Path(store.message_store_config.store_path_consume_queue())
+    # The allocation thread held: the dispatcher waits at a new topic's first record for its queue file,
+    # so the record put to Old/0 after it is stored but not dispatched.
+    gate = threading.Event()
+    store.alloc_executor.submit(gate.wait, 10)
+    try:
+        assert (await store.put_message(make_msg("Blocker", b"b"))).is_ok
+        late = await store.put_message(make_msg("Old", b"late", queue_id=0))
+        assert late.append_result is not None and late.append_result.logics_offset == 2
+        assert store.get_max_offset_in_queue("Old", 0) == 2
+        cleaning = asyncio.ensure_future(store.clean_expired_consume_queues())
+        await asyncio.sleep(0.2)
+        assert store.get_consume_queue("Old", 0) is not None
+        assert "Gone" not in store.consume_queue_table  # (its files go once the thread is free)
+    finally:
+        gate.set()
+    assert await asyncio.wait_for(cleaning, 5) == 2
+    assert not (cq_root / "Gone").exists()
+    assert await store.wait_dispatched(5)
+    r = store.get_message("g", "Old", 0, 2, 32)
+    assert r.status == GetMessageStatus.FOUND and r.message_queue_offsets == [2]
+    assert [store.get_max_offset_in_queue("TopicTest", q) for q in (0, 1)] == [31, 31]
