@@ -411,6 +411,35 @@ class ProducerTableInfo(Body):
     data: dict[str, list[ProducerInfo]] = Field(default_factory=dict)
 
 
+class ConsumeQueueData(Body):
+    """One consume queue unit as QUERY_CONSUME_QUEUE reports it. The ext fields (extendDataJson, bitMap,
+    eval, msg) describe RocketMQ's consume queue ext units, which this store does not write: they stay unset."""
+
+    physic_offset: int = 0
+    physic_size: int = 0
+    tags_code: int = 0
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+class QueryConsumeQueueResponseBody(Body):
+    """QUERY_CONSUME_QUEUE's answer: the queue's bounds (queue offsets), its units from the asked index
+    and, when a group was named, the group's subscription of the topic and its filter data (a JSON text,
+    or why there is none)."""
+
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    queue_data: list[ConsumeQueueData] | None = None
+    max_queue_index: int = 0
+    min_queue_index: int = 0
+
+    def encode(self) -> bytes:
+        # fastjson leaves null fields out; RocketMQ's tool tests the fields it prints for null either way.
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
 class ConsumeMessageDirectlyResult(Body):
     order: bool = False
     auto_commit: bool = True

@@ -810,6 +810,18 @@ class QueryConsumeTimeSpanRequestHeader(CommandHeader):
 
 
 @header
+class QueryConsumeQueueRequestHeader(CommandHeader):
+    """QUERY_CONSUME_QUEUE (321, mqadmin queryCq). RocketMQ's tool always sends count; a request without
+    it gets the tool's default rather than Java's int default of 0 (no units)."""
+
+    topic: str
+    queue_id: int
+    index: int
+    count: int = 10
+    consumer_group: str | None = None
+
+
+@header
 class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
     """CONSUME_MESSAGE_DIRECTLY (309), admin -> broker -> consumer client. The broker adds brokerName."""
 

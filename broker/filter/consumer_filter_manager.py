@@ -11,6 +11,7 @@ bloom filter bit maps, which are not built here, and every consumer re-registers
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 
@@ -49,6 +50,22 @@ class ConsumerFilterData:
     @property
     def is_dead(self) -> bool:
         return self.dead_time >= self.born_time
+
+    def to_json(self) -> str:
+        """The JSON RocketMQ's broker shows of its ConsumerFilterData (QUERY_CONSUME_QUEUE's filterData):
+        fastjson's pretty form, its fields by name, the compiled expression left out (transient) and no
+        bloomFilterData (none is built here)."""
+        fields = {
+            "bornTime": self.born_time,
+            "clientVersion": self.client_version,
+            "consumerGroup": self.consumer_group,
+            "dead": self.is_dead,
+            "deadTime": self.dead_time,
+            "expression": self.expression,
+            "expressionType": self.expression_type,
+            "topic": self.topic,
+        }
+        return json.dumps(fields, indent="\t", separators=(",", ":"), ensure_ascii=False)
 
     def __repr__(self) -> str:
         return (f"ConsumerFilterData({self.topic!r}, {self.consumer_group!r}, {self.expression!r}, "
