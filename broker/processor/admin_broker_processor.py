@@ -141,6 +141,8 @@ class AdminBrokerProcessor:
             RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
             RequestCode.QUERY_CONSUME_TIME_SPAN: self.query_consume_time_span,
             RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
+            RequestCode.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
         }
 
     @property
@@ -300,6 +302,25 @@ class AdminBrokerProcessor:
         finally:
             mv.release()  # (a view held on would keep the file's mapping alive past its deletion)
         return reply(ResponseCode.SUCCESS, None, None, body.encode())
+
+    # ------------------------------------------------------------------ store maintenance
+
+    async def clean_expired_consume_queue(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (mqadmin cleanExpiredCQ): drop the consume queues whose messages the
+        commit log no longer holds, and topics left with none; answered when their files are gone."""
+        n = await self.c.message_store.clean_expired_consume_queues()
+        log.info("clean_expired_consume_queue", queues=n, peer=ctx.remote_addr)
+        return reply(ResponseCode.SUCCESS)
+
+    async def clean_unused_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """CLEAN_UNUSED_TOPIC (mqadmin cleanUnusedTopic): drop the consume queues of topics this broker has
+        no config for (the schedule and transaction op topics excepted, as upstream); answered when their
+        files are gone."""
+        store = self.c.message_store
+        n = store.clean_unused_topic(set(self.c.topic_config_manager.topic_config_table))
+        await store.wait_background_io()
+        log.info("clean_unused_topic", queues=n, peer=ctx.remote_addr)
+        return reply(ResponseCode.SUCCESS)
 
     # ------------------------------------------------------------------ runtime info and stats
 

@@ -1,17 +1,22 @@
-"""QUERY_CONSUME_QUEUE (321) against an in-process broker: what RocketMQ's mqadmin queryCq sends."""
+"""QUERY_CONSUME_QUEUE (321), CLEAN_EXPIRED_CONSUMEQUEUE (306) and CLEAN_UNUSED_TOPIC (316) against an
+in-process broker: what RocketMQ's mqadmin queryCq, cleanExpiredCQ and cleanUnusedTopic send."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from broker.topic import topic_validator as tv
 from remoting.body import ConsumerData, HeartbeatData, QueryConsumeQueueResponseBody, SubscriptionData
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import QueryConsumeQueueRequestHeader, SendMessageResponseHeader
 from remoting.message import decode_message, decode_offset_msg_id, java_string_hash
+from store.message import MessageExtBrokerInner
 from tests.broker.conftest import BrokerHarness, running_broker
 from tests.broker.helpers import props, send_v1
+
+ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
 
 
 def query_cq(topic: str, queue_id: int, index: int, count: int = 10, group: str | None = None) -> RemotingCommand:
@@ -26,6 +31,11 @@ async def send(h: BrokerHarness, topic: str, body: bytes, queue_id: int, tags: s
     assert r.code == ResponseCode.SUCCESS, r.remark
     rh = SendMessageResponseHeader.decode(r.ext_fields)
     return decode_offset_msg_id(rh.msg_id)[2], rh.queue_offset
+
+
+def cq_dir(h: BrokerHarness, topic: str, queue_id: int | None = None) -> Path:
+    root = Path(h.controller.message_store.message_store_config.store_path_consume_queue()) / topic
+    return root if queue_id is None else root / str(queue_id)
 
 
 # ---------------------------------------------------------------------------------------- QUERY_CONSUME_QUEUE
@@ -125,3 +135,89 @@ async def test_query_consume_queue_with_a_group(tmp_path: Path) -> None:
         # online, but not subscribed to this topic
         body = QueryConsumeQueueResponseBody.decode((await h.call(query_cq("CQG", 0, 0, group="Other"))).body)
         assert body.subscription_data is None and body.filter_data == "Other@CQG is not online!"
+
+
+# ---------------------------------------------------------------------------------------- CLEAN_EXPIRED_CONSUMEQUEUE
+
+
+async def test_clean_expired_consume_queue(tmp_path: Path) -> None:
+    async with running_broker(
+        tmp_path / "store",
+        mappedFileSizeCommitLog=64 * 1024,
+        deleteWhen=ALL_HOURS,
+        fileReservedTime=0,
+        deleteCommitLogFilesInterval=0,
+        deleteConsumeQueueFilesInterval=0,
+    ) as h:
+        store = h.controller.message_store
+        store.disk_usage_probe = lambda: 0.10
+        big = b"b" * 3000
+        for qid in (0, 1):
+            for _ in range(2):
+                await send(h, "Old", big, qid)
+        await send(h, "Mixed", big, 0)
+        await send(h, "Late", big, 0, DELAY="18")  # parked in SCHEDULE_TOPIC_XXXX for 2 hours
+        for _ in range(60):
+            await send(h, "New", big, 0)
+        mixed_last, _ = await send(h, "Mixed", big, 1)
+        assert await store.wait_dispatched(5)
+        # Commit log files go (the queues' files stay: each queue has one)
+        assert await store.clean_expired_files_now() >= 2
+        min_offset = store.get_commit_log_min_offset()
+        assert 0 < min_offset <= mixed_last
+        assert QueryConsumeQueueResponseBody.decode((await h.call(query_cq("Old", 0, 0))).body).max_queue_index == 2
+        assert cq_dir(h, "Old", 0).is_dir() and cq_dir(h, tv.RMQ_SYS_SCHEDULE_TOPIC).is_dir()
+
+        r = await h.call(RemotingCommand.request(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, None))
+        assert (r.code, r.remark, r.body) == (ResponseCode.SUCCESS, None, None)
+        # whole topic gone, its files with it (answered after they were deleted)
+        assert store.consume_queue_table.get("Old") is None and not cq_dir(h, "Old").exists()
+        r = await h.call(query_cq("Old", 1, 0))
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "1@Old is not exist!")
+        # one queue of a topic whose other queue still has live messages
+        assert store.get_consume_queue("Mixed", 0) is None and not cq_dir(h, "Mixed", 0).exists()
+        assert store.get_consume_queue("Mixed", 1) is not None and cq_dir(h, "Mixed", 1).is_dir()
+        # live queues, and the schedule topic's whatever it points at
+        assert store.get_max_offset_in_queue("New", 0) == 60
+        assert store.get_consume_queue(tv.RMQ_SYS_SCHEDULE_TOPIC, 17) is not None
+        assert cq_dir(h, tv.RMQ_SYS_SCHEDULE_TOPIC, 17).is_dir()
+        # the queue starts again from 0, and is readable
+        phy, qoff = await send(h, "Old", b"again", 0)
+        assert qoff == 0
+        body = QueryConsumeQueueResponseBody.decode((await h.call(query_cq("Old", 0, 0))).body)
+        assert [u.physic_offset for u in body.queue_data or []] == [phy]
+        # nothing more to clean
+        r = await h.call(RemotingCommand.request(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, None))
+        assert r.code == ResponseCode.SUCCESS and store.get_consume_queue("Old", 0) is not None
+
+
+# ---------------------------------------------------------------------------------------- CLEAN_UNUSED_TOPIC
+
+
+async def test_clean_unused_topic(broker: BrokerHarness) -> None:
+    h = broker
+    store = h.controller.message_store
+    await send(h, "Keep", b"k", 0)
+    await send(h, "Orphan", b"o", 0)
+    await send(h, "Orphan", b"o", 2)
+    await send(h, "Late", b"l", 0, DELAY="18")
+    # (what the transaction service writes when a half message is ended)
+    op = MessageExtBrokerInner(topic=tv.RMQ_SYS_TRANS_OP_HALF_TOPIC, body=b"d", properties={"TAGS": "d"})
+    assert (await store.put_message(op)).is_ok
+    assert await store.wait_dispatched(5)
+    tables = h.controller.topic_config_manager.topic_config_table
+    # Orphan's config is gone while its queues stay (a topic config file restored from before it was made),
+    # and neither system topic kept out of the clean-up is configured either
+    for t in ("Orphan", tv.RMQ_SYS_SCHEDULE_TOPIC, tv.RMQ_SYS_TRANS_OP_HALF_TOPIC):
+        del tables[t]
+    assert cq_dir(h, "Orphan", 2).is_dir()
+
+    r = await h.call(RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC, None))
+    assert (r.code, r.remark, r.body) == (ResponseCode.SUCCESS, None, None)
+    assert "Orphan" not in store.consume_queue_table and not cq_dir(h, "Orphan").exists()
+    r = await h.call(query_cq("Orphan", 0, 0))
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "0@Orphan is not exist!")
+    assert store.get_max_offset_in_queue("Keep", 0) == 1 and cq_dir(h, "Keep", 0).is_dir()
+    assert store.get_max_offset_in_queue(tv.RMQ_SYS_SCHEDULE_TOPIC, 17) == 1
+    assert store.get_max_offset_in_queue(tv.RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == 1
+    assert cq_dir(h, tv.RMQ_SYS_TRANS_OP_HALF_TOPIC, 0).is_dir()
