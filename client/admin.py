@@ -32,6 +32,7 @@ from remoting.body import (
     ProducerConnection,
     ProducerTableInfo,
     QueryConsumeTimeSpanBody,
+    SubscriptionData,
     SubscriptionGroupConfig,
     TopicRouteData,
 )
@@ -71,6 +72,8 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 __all__ = [
     "Admin",
     "BrokerAddr",
+    "ConsumeQueueUnit",
+    "ConsumeQueueView",
     "ConsumerProgress",
     "GroupProgress",
     "QueueProgress",
@@ -159,6 +162,39 @@ class QueueTimeSpan:
     max_timestamp: int
     consume_timestamp: int
     delay_time: int
+
+
+@dataclass(slots=True)
+class ConsumeQueueUnit:
+    """One unit of a consume queue (`queryCq`): where its message is in the commit log, its size and its
+    tags code. The rest describe RocketMQ's consume queue ext units, which only a Java broker with them
+    enabled reports."""
+
+    index: int
+    physic_offset: int
+    physic_size: int
+    tags_code: int
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+@dataclass(slots=True)
+class ConsumeQueueView:
+    """`query_consume_queue`'s answer: the queue's bounds (queue offsets), its units from the asked index,
+    the group's subscription and filter data when a group was named (filter_data says why when it is not
+    online), and the broker's remark (why there are no units)."""
+
+    broker_addr: str
+    topic: str
+    queue_id: int
+    min_queue_index: int
+    max_queue_index: int
+    units: list[ConsumeQueueUnit] = field(default_factory=list)
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    remark: str | None = None
 
 
 @dataclass(slots=True)
@@ -323,6 +359,77 @@ class Admin:
                 raise MQClientError(f"cluster {cluster!r} has no master broker")
             return addrs
         raise MQClientError("give a broker address (-b) or a cluster name (-c)")
+
+    async def _cluster_broker_addrs(self, cluster: str | None) -> list[str]:
+        """Every broker (masters and slaves) of `cluster`, or of every cluster when None: whom RocketMQ's
+        cleanExpiredCQ / cleanUnusedTopic ask without -b."""
+        info = await self.cluster_info()
+        if cluster is not None and cluster not in info.cluster_addr_table:
+            known = ", ".join(sorted(info.cluster_addr_table)) or "none"
+            raise MQClientError(f"cluster {cluster!r} not found (known clusters: {known})")
+        clusters = [cluster] if cluster is not None else sorted(info.cluster_addr_table)
+        addrs: list[str] = []
+        for c in clusters:
+            for name in sorted(info.cluster_addr_table[c]):
+                bd = info.broker_addr_table.get(name)
+                if bd is not None:
+                    addrs.extend(addr for _bid, addr in sorted(bd.broker_addrs.items()) if addr not in addrs)
+        return addrs
+
+    # ------------------------------------------------------------------ store maintenance
+    async def clean_expired_consume_queue(
+        self, *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> list[str]:
+        """`cleanExpiredCQ`: have brokers drop the consume queues whose messages are all deleted (and topics
+        left with none): `broker_addr`, else every broker of `cluster`, else of every cluster. Returns the
+        brokers asked."""
+        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
+        for addr in addrs:
+            # A broker answers once the files are deleted: with thousands of queues that is not quick.
+            await self.api.clean_expired_consume_queue(addr, self.timeout * 10)
+        return addrs
+
+    async def clean_unused_topic(self, *, broker_addr: str | None = None, cluster: str | None = None) -> list[str]:
+        """`cleanUnusedTopic`: have brokers drop the consume queues of topics they have no config for: as
+        clean_expired_consume_queue for whom. Returns the brokers asked."""
+        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
+        for addr in addrs:
+            await self.api.clean_unused_topic(addr, self.timeout * 10)
+        return addrs
+
+    async def query_consume_queue(
+        self,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int = 10,
+        *,
+        group: str | None = None,
+        broker_addr: str | None = None,
+    ) -> ConsumeQueueView:
+        """`queryCq`: up to `count` units of a consume queue from queue offset `index` (a broker gives none
+        past the end of the file holding `index`), on `broker_addr`, else on the topic's first broker (by
+        name; RocketMQ's tool takes the route's first). With `group`: its subscription and filter data."""
+        if not broker_addr:
+            route = await self.topic_route(topic)
+            by_name = sorted(route.broker_datas, key=lambda b: b.broker_name)
+            addrs = [a for bd in by_name if (a := bd.select_broker_addr())]
+            if not addrs:
+                raise MQClientError(f"No topic route data of {topic}: no broker serves it")
+            broker_addr = addrs[0]
+        body, remark = await self.api.query_consume_queue(
+            broker_addr, topic, queue_id, index, count, group, self.timeout
+        )
+        units = [
+            ConsumeQueueUnit(
+                index + i, d.physic_offset, d.physic_size, d.tags_code, d.extend_data_json, d.bit_map, d.eval, d.msg
+            )
+            for i, d in enumerate(body.queue_data or [])
+        ]
+        return ConsumeQueueView(
+            broker_addr, topic, queue_id, body.min_queue_index, body.max_queue_index, units,
+            body.subscription_data, body.filter_data, remark,
+        )
 
     # ------------------------------------------------------------------ topics
     async def create_topic(

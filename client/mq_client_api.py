@@ -31,6 +31,7 @@ from remoting.body import (
     LockBatchResponseBody,
     ProducerConnection,
     ProducerTableInfo,
+    QueryConsumeQueueResponseBody,
     ResetOffsetBody,
     SubscriptionData,
     SubscriptionGroupConfig,
@@ -60,6 +61,7 @@ from remoting.headers import (
     EndTransactionRequestHeader,
     GetConsumerStatusRequestHeader,
     PullMessageRequestHeader,
+    QueryConsumeQueueRequestHeader,
 )
 from remoting.message import MessageConst, MessageExt, decode_message, decode_messages
 from remoting.properties import parse_properties
@@ -877,6 +879,35 @@ class MQClientAPIImpl:
         ext = {"isOrder": "true" if is_order else "false"}
         resp = await self._call(addr, RequestCode.GET_BROKER_CONSUME_STATS, ext, timeout_ms=timeout_ms)
         return ConsumeStatsList.decode(resp.body) if resp.body else ConsumeStatsList(broker_addr=addr)
+
+    async def query_consume_queue(
+        self,
+        addr: str,
+        topic: str,
+        queue_id: int,
+        index: int,
+        count: int,
+        group: str | None = None,
+        timeout_ms: float | None = None,
+    ) -> tuple[QueryConsumeQueueResponseBody, str | None]:
+        """QUERY_CONSUME_QUEUE: a consume queue's units from `index` (at most `count`) and bounds, with
+        `group`'s subscription and filter data; and the broker's remark, which says why there are no units
+        when `index` is not in the queue. (RocketMQ's broker answers that case without a body: an empty
+        one stands for it.)"""
+        header = QueryConsumeQueueRequestHeader(
+            topic=topic, queue_id=queue_id, index=index, count=count, consumer_group=group
+        )
+        resp = await self._call(addr, RequestCode.QUERY_CONSUME_QUEUE, header.encode(), timeout_ms=timeout_ms)
+        body = QueryConsumeQueueResponseBody.decode(resp.body) if resp.body else QueryConsumeQueueResponseBody()
+        return body, resp.remark
+
+    async def clean_expired_consume_queue(self, addr: str, timeout_ms: float | None = None) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the broker drops the consume queues whose messages are all deleted."""
+        await self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, timeout_ms=timeout_ms)
+
+    async def clean_unused_topic(self, addr: str, timeout_ms: float | None = None) -> None:
+        """CLEAN_UNUSED_TOPIC: the broker drops the consume queues of topics it has no config for."""
+        await self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC, timeout_ms=timeout_ms)
 
     async def get_consumer_connection_list(
         self, addr: str, group: str, timeout_ms: float | None = None

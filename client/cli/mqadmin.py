@@ -508,6 +508,40 @@ def add_write_perm(namesrv_addr: str | None, broker_name: str) -> int:
     return _change_write_perm(namesrv_addr, broker_name, "add")
 
 
+def _clean_on_brokers(
+    namesrv_addr: str | None, broker_addr: str | None, cluster: str | None, method: str, as_json: bool
+) -> int:
+    """cleanExpiredCQ / cleanUnusedTopic: one broker (-b), every broker of a cluster (-c), else of every
+    cluster (as RocketMQ's tool)."""
+    addrs = run_admin(namesrv_addr, lambda a: getattr(a, method)(broker_addr=broker_addr, cluster=cluster))
+    if as_json:
+        echo_json({"success": True, "brokers": addrs})
+        return 0
+    for addr in addrs:
+        click.echo(f"{addr}: success")
+    return 0
+
+
+@cli.command("cleanExpiredCQ")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
+@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
+@json_opt
+def clean_expired_cq(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None, as_json: bool) -> int:
+    """Drop the consume queues whose messages the commit log no longer holds (CLEAN_EXPIRED_CONSUMEQUEUE)."""
+    return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_expired_consume_queue", as_json)
+
+
+@cli.command("cleanUnusedTopic")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
+@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
+@json_opt
+def clean_unused_topic(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None, as_json: bool) -> int:
+    """Drop the consume queues of topics a broker has no config for (CLEAN_UNUSED_TOPIC)."""
+    return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_unused_topic", as_json)
+
+
 # ---------------------------------------------------------------------- groups and consumers
 
 
@@ -1108,6 +1142,60 @@ def query_msg_by_offset(
         echo_json(m)
     else:
         echo_message(m)
+    return 0
+
+
+@cli.command("queryCq")
+@common
+@click.option("-t", "--topic", required=True, help="topic name")
+@click.option("-q", "--queue", "queue_id", type=int, required=True, help="queue id, ie. 1")
+@click.option("-i", "--index", type=int, required=True, help="start queue index (queue offset)")
+@click.option("-c", "--count", type=int, default=10, show_default=True, help="how many units")
+@click.option("-b", "--broker", "broker_addr", default=None, help="broker address (default: the topic's first broker)")
+@click.option("-g", "--consumer", "group", default=None, help="consumer group: show its subscription and filter")
+@json_opt
+def query_cq(
+    namesrv_addr: str | None,
+    topic: str,
+    queue_id: int,
+    index: int,
+    count: int,
+    broker_addr: str | None,
+    group: str | None,
+    as_json: bool,
+) -> int:
+    """A consume queue's units (commit log offset, size, tags code) from a queue index (QUERY_CONSUME_QUEUE)."""
+    view = run_admin(
+        namesrv_addr,
+        lambda a: a.query_consume_queue(topic, queue_id, index, count, group=group, broker_addr=broker_addr),
+    )
+    if as_json:
+        echo_json(view)
+        return 0
+    click.echo(f"Broker: {view.broker_addr}  Queue: {queue_id}@{topic}  "
+               f"min index: {view.min_queue_index}  max index: {view.max_queue_index}")
+    if view.subscription_data is not None:
+        click.echo("Subscription data:")
+        click.echo(json.dumps(to_jsonable(view.subscription_data), indent=2, ensure_ascii=False))
+    if view.filter_data is not None:
+        click.echo("Filter data:")
+        click.echo(view.filter_data)
+    click.echo("")
+    if view.remark and not view.units:
+        click.echo(view.remark)
+        return 0
+    # The ext columns only when a (Java) broker with consume queue ext units filled them.
+    ext = any(u.extend_data_json or u.bit_map or u.msg or u.eval for u in view.units)
+    headers = ["#Index", "#Physic Offset", "#Physic Size", "#Tags Code"]
+    if ext:
+        headers += ["#Eval", "#BitMap", "#Msg", "#ExtendData"]
+    rows = []
+    for u in view.units:
+        row: list[object] = [u.index, u.physic_offset, u.physic_size, u.tags_code]
+        if ext:
+            row += [str(u.eval).lower(), u.bit_map or "-", u.msg or "-", u.extend_data_json or "-"]
+        rows.append(row)
+    echo_table(headers, rows)
     return 0
 
 

@@ -22,8 +22,9 @@ from client import (
     PushConsumer,
 )
 from client.cli import mqshutdown
+from remoting.message import decode_offset_msg_id, java_string_hash
 from tests.client.conftest import RealCluster
-from tests.support.daemons import BIN, PYTHON, refused_port
+from tests.support.daemons import BIN, PYTHON, free_port, refused_port, start_broker, start_namesrv
 
 
 def mqadmin(
@@ -348,6 +349,125 @@ async def test_get_consumer_status_and_producer(real_cluster: RealCluster, topic
     assert line.startswith("mqadmin: ") and "No Any Consumer online in the consumer group: [NoSuchGroup]" in line
     js = json.loads(ok("producer", "-n", n, "-b", real_cluster.brokers["broker-a"], "--json"))
     assert pgroup not in js["data"]  # (the producer has shut down and unregistered)
+
+
+async def test_query_cq(real_cluster: RealCluster, topic: str) -> None:
+    n = real_cluster.namesrv_addr
+    addr = real_cluster.brokers["broker-a"]
+    await asyncio.to_thread(ok, "updateTopic", "-n", n, "-b", addr, "-t", topic, "-r", "2", "-w", "2")
+    async with Producer(f"PG_{topic}", n) as p:
+        sent = [await p.send(Message(topic, f"cq{i}".encode(), tags=f"Tag{i}"), queue=MessageQueue(topic, "broker-a", 0))
+                for i in range(3)]
+    phy = [decode_offset_msg_id(r.offset_msg_id)[2] for r in sent]
+    # the topic's only broker, found by its route: every unit, its commit log offset and its tags' hash
+    out = await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", topic, "-q", "0", "-i", "0")
+    assert out.splitlines()[0].split() == ["Broker:", addr, "Queue:", f"0@{topic}", "min", "index:", "0", "max",
+                                           "index:", "3"]
+    table = rows(out.split("\n\n", 1)[1])
+    assert [(int(r[0]), int(r[1]), int(r[3])) for r in table] == [
+        (i, phy[i], java_string_hash(f"Tag{i}")) for i in range(3)]
+    assert all(int(r[2]) > 0 for r in table)
+    js = json.loads(await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", topic, "-q", "0", "-i", "1", "-c", "1",
+                                            "-b", addr, "--json"))
+    assert (js["broker_addr"], js["min_queue_index"], js["max_queue_index"]) == (addr, 0, 3)
+    assert [(u["index"], u["physic_offset"], u["eval"]) for u in js["units"]] == [(1, phy[1], False)]
+    assert js["subscription_data"] is None and js["filter_data"] is None and js["remark"] is None
+    # past the queue's end; a queue that has no consume queue
+    out = await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", topic, "-q", "0", "-i", "3")
+    assert f"Index 3 of 0@{topic} is not exist!" in out
+    line = await asyncio.to_thread(fails, "queryCq", "-n", n, "-t", topic, "-q", "1", "-i", "0")
+    assert f"1@{topic} is not exist!" in line
+    # a group: offline, then online (its subscription of the topic, no SQL92 filter)
+    group = f"CG_{topic}"
+    out = await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", topic, "-q", "0", "-i", "0", "-g", group)
+    assert f"Filter data:\n{group}@{topic} is not online!" in out and "Subscription data" not in out
+    consumer = PushConsumer(group, n)
+    consumer.subscribe(topic, "Tag1 || Tag2")
+    consumer.register_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    await consumer.start()
+    try:
+        args = ("queryCq", "-n", n, "-t", topic, "-q", "0", "-i", "0", "-g", group, "--json")
+        for _ in range(50):  # (its heartbeat reaches broker-a once it has the topic's route)
+            js = json.loads(await asyncio.to_thread(ok, *args))
+            if js["subscription_data"] is not None:
+                break
+            await asyncio.sleep(0.2)
+        assert js["subscription_data"]["subString"] == "Tag1 || Tag2" and js["filter_data"] == "null"
+        assert len(js["units"]) == 3
+        out = await asyncio.to_thread(ok, *args[:-1])
+        assert "Subscription data:" in out and '"subString": "Tag1 || Tag2"' in out
+    finally:
+        await consumer.shutdown()
+
+
+async def test_clean_expired_cq_and_unused_topic(tmp_path: Path) -> None:
+    """A broker of its own: a restart with a topic left out of its config (so its queue is unused), and small
+    commit log files that go as soon as they are full (so queues expire)."""
+    ns_d, n = start_namesrv(tmp_path)
+    port = free_port()
+    store = tmp_path / "store-clean"
+    cq = store / "consumequeue"
+    conf: dict[str, object] = {
+        "mappedFileSizeCommitLog": 64 * 1024,
+        "deleteWhen": ";".join(f"{h:02d}" for h in range(24)),
+        "fileReservedTime": 0,
+        "cleanResourceInterval": 200,
+        "deleteCommitLogFilesInterval": 0,
+        "deleteConsumeQueueFilesInterval": 0,
+    }
+    br_d, addr = start_broker(tmp_path, n, name="broker-c", port=port, store_dir=store, extra=conf)
+    try:
+        for t in ("Old", "New", "Orphan"):
+            await asyncio.to_thread(ok, "updateTopic", "-n", n, "-b", addr, "-t", t, "-r", "1", "-w", "1")
+        big = b"b" * 3000
+        async with Producer("PG_clean", n) as p:
+            old_last = decode_offset_msg_id((await p.send(Message("Old", big))).offset_msg_id)[2]
+            await p.send(Message("Orphan", big))
+            for _ in range(60):
+                await p.send(Message("New", big))
+
+        # Orphan's config lost (a topics.json from before it was made): its queue is left unused
+        assert br_d.terminate() == 0
+        for name in ("topics.json", "topics.json.bak"):
+            path = store / "config" / name
+            if path.exists():
+                data = json.loads(path.read_text())
+                data["topicConfigTable"].pop("Orphan", None)
+                path.write_text(json.dumps(data))
+        br_d, addr = start_broker(tmp_path, n, name="broker-c", port=port, store_dir=store, extra=conf)
+        assert (cq / "Orphan" / "0").is_dir() and (cq / "Old" / "0").is_dir()
+        js = json.loads(await asyncio.to_thread(ok, "cleanUnusedTopic", "-n", n, "-c", "DefaultCluster", "--json"))
+        assert js == {"success": True, "brokers": [addr]}
+        assert not (cq / "Orphan").exists() and (cq / "Old" / "0").is_dir() and (cq / "New" / "0").is_dir()
+        line = await asyncio.to_thread(fails, "queryCq", "-n", n, "-t", "Orphan", "-q", "0", "-i", "0", "-b", addr)
+        assert "0@Orphan is not exist!" in line
+        out = await asyncio.to_thread(ok, "cleanUnusedTopic", "-n", n, "-b", addr)
+        assert out.splitlines() == [f"{addr}: success"]
+        assert "cluster 'NoCluster' not found" in await asyncio.to_thread(
+            fails, "cleanUnusedTopic", "-n", n, "-c", "NoCluster")
+
+        # The last record New's (the commit log's last file is never deleted), Old's long deleted
+        async with Producer("PG_clean", n) as p:
+            await p.send(Message("New", b"last"))
+        async with Admin(n) as admin:
+            for _ in range(100):  # the broker's clean service deletes the full commit log files
+                if int((await admin.broker_runtime_info(addr))["commitLogMinOffset"]) > old_last:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("no commit log file was deleted")
+        assert "max index: 1" in await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", "Old", "-q", "0", "-i", "0")
+        assert (await asyncio.to_thread(ok, "cleanExpiredCQ", "-n", n, "-b", addr)).splitlines() == [f"{addr}: success"]
+        assert not (cq / "Old").exists() and (cq / "New" / "0").is_dir()
+        line = await asyncio.to_thread(fails, "queryCq", "-n", n, "-t", "Old", "-q", "0", "-i", "0", "-b", addr)
+        assert "0@Old is not exist!" in line
+        assert "max index: 61" in await asyncio.to_thread(ok, "queryCq", "-n", n, "-t", "New", "-q", "0", "-i", "60")
+        # without -b or -c: every broker of every cluster
+        js = json.loads(await asyncio.to_thread(ok, "cleanExpiredCQ", "-n", n, "--json"))
+        assert js == {"success": True, "brokers": [addr]}
+    finally:
+        br_d.terminate()
+        ns_d.terminate()
 
 
 async def admin_update(n: str, group: str, mq: MessageQueue, offset: int) -> None:
