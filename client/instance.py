@@ -124,8 +124,13 @@ def stack_dump() -> str:
         out.append(f"Thread: {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame)))
     with contextlib.suppress(RuntimeError):
         for task in asyncio.all_tasks():
-            stack = task.get_stack()
-            where = "".join(traceback.format_list(traceback.extract_stack(stack[-1]))) if stack else "  (not started)\n"
+            stack = []  # the chain of coroutines the task awaits through, outermost first
+            coro: Any = task.get_coro()
+            while coro is not None and getattr(coro, "cr_frame", None) is not None:
+                stack.append(coro.cr_frame)
+                coro = coro.cr_await
+            summary = traceback.StackSummary.extract((f, f.f_lineno) for f in stack)
+            where = "".join(summary.format()) if stack else "  (no frames)\n"
             out.append(f"Task: {task.get_name()} {task.get_coro()!r}\n{where}")
     return "\n".join(out)
 
