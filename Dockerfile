@@ -19,5 +19,5 @@ COPY conf /opt/rocketmq/conf
 USER rocketmq
 WORKDIR /home/rocketmq
 # NameServer, broker (listenPort and HA port).
-EXPOSE 9876 10911 10912
+EXPOSE 9876 10909 10911 10912
 CMD ["mqnamesrv", "-c", "/opt/rocketmq/conf/namesrv.conf"]

@@ -213,6 +213,10 @@ class BrokerController:
             name="broker",
             idle_poll_us=bc.serverIdlePollMicros,
         )
+        # RocketMQ's "VIP channel" (fastRemotingServer): the same requests on listenPort - 2, where Java
+        # clients 4.0-4.5.0 send everything but pulls by default (vipChannelEnabled=true). Its port is known
+        # once the main one is (listenPort=0 picks one); see _start_vip_channel.
+        self.fast_remoting_server: RemotingServer | None = None
         self._register_processors()
         # Transactional messages: PREPARED -> RMQ_SYS_TRANS_HALF_TOPIC on send, END_TRANSACTION, check-back.
         self.transactional_message_service = TransactionalMessageService(self)
@@ -275,6 +279,30 @@ class BrokerController:
     def register_processor(self, codes: int | Iterable[int], processor: Processor, *, group: str = "admin") -> None:
         """For features (transactions, ...): route request codes to a processor within a group."""
         self.dispatcher.register(codes, processor, group=group)
+
+    async def _start_vip_channel(self, port: int) -> None:
+        """Listen on the VIP port too, sharing the dispatcher. Unlike RocketMQ, whose broker fails to start
+        when it cannot bind it, a taken port only costs the old clients that use it (logged): the main port,
+        which every client of 4.5.1+ uses, matters more than refusing to start."""
+        if port <= 0:
+            return
+        bc = self.broker_config
+        server = RemotingServer(
+            self.dispatcher,
+            host=bc.bind_host,
+            port=port,
+            idle_timeout_s=bc.serverChannelMaxIdleTimeSeconds,
+            name="broker-vip",
+            idle_poll_us=bc.serverIdlePollMicros,
+        )
+        server.add_close_listener(self.client_housekeeping_service.on_channel_close)
+        try:
+            await server.start()
+        except OSError as e:
+            log.warning("vip_channel_not_listening", port=port, listen_port=bc.listenPort, error=e.strerror or str(e),
+                        hint="Java clients before 4.5.1 send on listenPort - 2 unless vipChannelEnabled=false")
+            return
+        self.fast_remoting_server = server
 
     def pending_in_group(self, name: str) -> int:
         try:
@@ -425,6 +453,7 @@ class BrokerController:
         if bc.listenPort == 0:
             bc.listenPort = port
         self.store_host = (bc.brokerIP1, bc.listenPort)
+        await self._start_vip_channel(bc.listenPort - 2)
         self._started = True
 
         self.pull_request_hold_service.start()
@@ -448,6 +477,7 @@ class BrokerController:
             cluster=bc.brokerClusterName,
             broker_name=bc.brokerName,
             broker_id=bc.brokerId,
+            vip_port=self.fast_remoting_server.port if self.fast_remoting_server is not None else None,
             namesrv=";".join(self.broker_outer_api.namesrv_addr_list) or None,
             registered=registered,
             store=self.store_config.storePathRootDir,
@@ -479,6 +509,8 @@ class BrokerController:
         await self.broker_stats.stop()
         await self._drain_in_flight(1.5)
         await self.pull_request_hold_service.stop()
+        if self.fast_remoting_server is not None:
+            await self.fast_remoting_server.stop()
         await self.remoting_server.stop()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=1.0)
@@ -543,6 +575,8 @@ class BrokerController:
             self.pull_request_hold_service.max_held = bc.maxHeldPullRequests
         if "serverIdlePollMicros" in changed:
             self.remoting_server.idle_poll_us = bc.serverIdlePollMicros
+            if self.fast_remoting_server is not None:
+                self.fast_remoting_server.idle_poll_us = bc.serverIdlePollMicros
         if "registerNameServerPeriod" in changed:
             self.request_register()
         if self.config_file is not None:
