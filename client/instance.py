@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 import traceback
-import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,7 +60,14 @@ from remoting.headers import (
     ReplyMessageRequestHeader,
     ResetOffsetRequestHeader,
 )
-from remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_message, decode_properties
+from remoting.message import (
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    decode_message,
+    decode_properties,
+    uncompress_body,
+)
 
 from .config import ClientConfig
 from .errors import MQBrokerError, MQClientError, NoNameServerError, NoRouteError, TopicNotExistError
@@ -884,8 +890,8 @@ class MQClientInstance:
         body = cmd.body_bytes()
         if h.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
             try:
-                body = zlib.decompress(body)
-            except zlib.error as e:
+                body = uncompress_body(body, h.sys_flag)
+            except ValueError as e:
                 log.warning("reply_body_not_decompressed", broker=ctx.remote_addr, error=str(e))
         props = decode_properties(h.properties)
         props[MessageConst.PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(int(time.time() * 1000))

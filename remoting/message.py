@@ -37,6 +37,11 @@ class MessageSysFlag:
     STOREHOSTADDRESS_V6_FLAG: Final = 0x1 << 5
     NEED_UNWRAP_FLAG: Final = 0x1 << 6
     INNER_BATCH_FLAG: Final = 0x1 << 7
+    # RocketMQ 4.9.4+: which compressor a COMPRESSED body used (0, from older clients and ours, is zlib)
+    COMPRESSION_LZ4_TYPE: Final = 0x1 << 8
+    COMPRESSION_ZSTD_TYPE: Final = 0x2 << 8
+    COMPRESSION_ZLIB_TYPE: Final = 0x3 << 8
+    COMPRESSION_TYPE_COMPARATOR: Final = 0x7 << 8
 
     @staticmethod
     def get_transaction_value(flag: int) -> int:
@@ -49,6 +54,32 @@ class MessageSysFlag:
     @staticmethod
     def clear_compressed_flag(flag: int) -> int:
         return flag & ~MessageSysFlag.COMPRESSED_FLAG
+
+
+def uncompress_body(body: bytes, sys_flag: int) -> bytes:
+    """A COMPRESSED body, by the compressor its sysFlag names: zlib (RocketMQ's default, and no type from
+    clients before 4.9.4), or LZ4 / ZSTD from a Java producer set to them (`rocketmq.message.compressType`),
+    which need the optional `lz4` / `zstandard` packages. ValueError says what is missing or corrupt."""
+    kind = (sys_flag & MessageSysFlag.COMPRESSION_TYPE_COMPARATOR) >> 8
+    try:
+        if kind in (0, 3):
+            return zlib.decompress(body)
+        if kind == 1:
+            import lz4.frame  # type: ignore[import-not-found]  # optional: only for Java's LZ4 bodies
+
+            return bytes(lz4.frame.decompress(body))
+        if kind == 2:
+            import zstandard  # type: ignore[import-not-found]  # optional: only for Java's ZSTD bodies
+
+            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(body))
+    except ImportError:
+        name = "LZ4" if kind == 1 else "ZSTD"
+        package = "lz4" if kind == 1 else "zstandard"
+        raise ValueError(f"the body is {name}-compressed (a producer with compressType={name}): "
+                         f"install the {package} package to read it") from None
+    except Exception as e:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError
+        raise ValueError(f"cannot decompress the body: {e}") from None
+    raise ValueError(f"unknown compression type {kind} in sysFlag {sys_flag:#x}")
 
 
 class PermName:
@@ -541,9 +572,9 @@ def decode_message(
         body = bytes(mv[pos : pos + body_len])
         if decompress_body and sys_flag & MessageSysFlag.COMPRESSED_FLAG:
             try:
-                body = zlib.decompress(body)
-            except zlib.error as e:
-                raise ValueError(f"cannot decompress body of record at offset {offset}: {e}") from None
+                body = uncompress_body(body, sys_flag)
+            except ValueError as e:
+                raise ValueError(f"record at offset {offset}: {e}") from None
     pos += body_len
     topic_len = mv[pos]
     if topic_len > 127:  # a signed byte in Java
@@ -772,9 +803,9 @@ class PulledMessageExt(MessageExt):
         body = self._buf[body_pos : body_pos + body_len]
         if done & _DECOMPRESS and self.sys_flag & MessageSysFlag.COMPRESSED_FLAG and body:
             try:
-                body = zlib.decompress(body)
-            except zlib.error as e:
-                raise ValueError(f"cannot decompress body of record at offset {self._pos}: {e}") from None
+                body = uncompress_body(body, self.sys_flag)
+            except ValueError as e:
+                raise ValueError(f"record at offset {self._pos}: {e}") from None
         _BODY_SLOT.__set__(self, body)
         self._done |= _BODY_DONE
         return body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import sys
 import zlib
 
 import pytest
@@ -26,6 +27,7 @@ from remoting.message import (
     encode_message_record,
     encode_properties,
     java_string_hash,
+    uncompress_body,
 )
 
 
@@ -264,6 +266,34 @@ def test_compressed_body() -> None:
     assert decode_message(rec, decompress_body=True)[0].body == body
     assert decode_message(rec)[0].body == zlib.compress(body)
     assert decode_message(rec, read_body=False)[0].body == b""
+
+
+def test_compression_type_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RocketMQ 4.9.4+ producers name their compressor in sysFlag bits 8-10: zlib (3, Java's default, which
+    sends 0x301) reads as before; LZ4 (1) and ZSTD (2) need optional packages, and say which."""
+    body = b"compress me " * 50
+
+    def record(sys_flag: int, payload: bytes) -> bytes:
+        return encode_message_record(topic="T", queue_id=0, flag=0, body=payload, properties="", sys_flag=sys_flag,
+                                     born_timestamp=0, born_host=("1.2.3.4", 1), store_host=("1.2.3.4", 2))
+
+    zlib_java = MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_ZLIB_TYPE
+    assert decode_message(record(zlib_java, zlib.compress(body)), decompress_body=True)[0].body == body
+    assert decode_messages(record(zlib_java, zlib.compress(body)), decompress_body=True)[0].body == body
+    assert uncompress_body(zlib.compress(body), zlib_java) == body
+    monkeypatch.setitem(sys.modules, "lz4", None)  # (as if not installed, whatever this machine has)
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    lz4 = MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_LZ4_TYPE
+    with pytest.raises(ValueError, match="LZ4-compressed .*install the lz4 package"):
+        decode_message(record(lz4, b"\x04\x22\x4d\x18"), decompress_body=True)
+    with pytest.raises(ValueError, match="LZ4-compressed .*install the lz4 package"):
+        _ = decode_messages(record(lz4, b"\x04\x22\x4d\x18"), decompress_body=True)[0].body  # decoded on first read
+    with pytest.raises(ValueError, match="ZSTD-compressed .*install the zstandard package"):
+        uncompress_body(b"\x28\xb5\x2f\xfd", MessageSysFlag.COMPRESSED_FLAG | MessageSysFlag.COMPRESSION_ZSTD_TYPE)
+    with pytest.raises(ValueError, match="unknown compression type 4"):
+        uncompress_body(b"x", MessageSysFlag.COMPRESSED_FLAG | (4 << 8))
+    with pytest.raises(ValueError, match="cannot decompress"):
+        uncompress_body(b"not zlib", MessageSysFlag.COMPRESSED_FLAG)
 
 
 def test_bad_records_raise_value_error() -> None:
