@@ -389,6 +389,17 @@ class Admin:
             await self.api.clean_expired_consume_queue(addr, self.timeout * 10)
         return addrs
 
+    async def delete_expired_commit_log(
+        self, *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> list[str]:
+        """`deleteExpiredCommitLog`: have brokers delete their commit log files older than fileReservedTime in
+        their next cleaning rounds, not only at deleteWhen's hour: as clean_expired_consume_queue for whom.
+        Returns the brokers asked."""
+        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
+        for addr in addrs:
+            await self.api.delete_expired_commit_log(addr, self.timeout)
+        return addrs
+
     async def clean_unused_topic(self, *, broker_addr: str | None = None, cluster: str | None = None) -> list[str]:
         """`cleanUnusedTopic`: have brokers drop the consume queues of topics they have no config for: as
         clean_expired_consume_queue for whom. Returns the brokers asked."""

@@ -905,6 +905,10 @@ class MQClientAPIImpl:
         """CLEAN_EXPIRED_CONSUMEQUEUE: the broker drops the consume queues whose messages are all deleted."""
         await self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, timeout_ms=timeout_ms)
 
+    async def delete_expired_commit_log(self, addr: str, timeout_ms: float | None = None) -> None:
+        """DELETE_EXPIRED_COMMITLOG: the broker's next cleaning rounds delete expired commit log files at once."""
+        await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, timeout_ms=timeout_ms)
+
     async def clean_unused_topic(self, addr: str, timeout_ms: float | None = None) -> None:
         """CLEAN_UNUSED_TOPIC: the broker drops the consume queues of topics it has no config for."""
         await self._call(addr, RequestCode.CLEAN_UNUSED_TOPIC, timeout_ms=timeout_ms)

@@ -143,6 +143,7 @@ class AdminBrokerProcessor:
             RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
             RequestCode.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
+            RequestCode.DELETE_EXPIRED_COMMITLOG: self.delete_expired_commit_log,
         }
 
     @property
@@ -310,6 +311,14 @@ class AdminBrokerProcessor:
         commit log no longer holds, and topics left with none; answered when their files are gone."""
         n = await self.c.message_store.clean_expired_consume_queues()
         log.info("clean_expired_consume_queue", queues=n, peer=ctx.remote_addr)
+        return reply(ResponseCode.SUCCESS)
+
+    def delete_expired_commit_log(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """DELETE_EXPIRED_COMMITLOG (mqadmin deleteExpiredCommitLog): as RocketMQ, the store's next rounds of
+        commit log cleaning (up to MAX_MANUAL_DELETE_FILE_TIMES, one each cleanResourceInterval) delete the
+        files older than fileReservedTime without waiting for deleteWhen's hour or a full disk."""
+        self.c.message_store.execute_delete_files_manually()
+        log.info("delete_expired_commit_log", peer=ctx.remote_addr)
         return reply(ResponseCode.SUCCESS)
 
     async def clean_unused_topic(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

@@ -542,6 +542,18 @@ def clean_unused_topic(namesrv_addr: str | None, broker_addr: str | None, cluste
     return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_unused_topic", as_json)
 
 
+@cli.command("deleteExpiredCommitLog")
+@common
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
+@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
+@json_opt
+def delete_expired_commit_log(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None,
+                              as_json: bool) -> int:
+    """Have brokers delete their commit log files older than fileReservedTime now, in their next cleaning
+    rounds, rather than at deleteWhen's hour (DELETE_EXPIRED_COMMITLOG)."""
+    return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "delete_expired_commit_log", as_json)
+
+
 # ---------------------------------------------------------------------- groups and consumers
 
 

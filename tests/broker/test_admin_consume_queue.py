@@ -221,3 +221,24 @@ async def test_clean_unused_topic(broker: BrokerHarness) -> None:
     assert store.get_max_offset_in_queue(tv.RMQ_SYS_SCHEDULE_TOPIC, 17) == 1
     assert store.get_max_offset_in_queue(tv.RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == 1
     assert cq_dir(h, tv.RMQ_SYS_TRANS_OP_HALF_TOPIC, 0).is_dir()
+
+
+async def test_delete_expired_commit_log_does_not_wait_for_delete_when(tmp_path: Path) -> None:
+    """DELETE_EXPIRED_COMMITLOG (mqadmin deleteExpiredCommitLog): expired commit log files go at the next
+    cleaning round although deleteWhen's hour is not now and the disk is not full."""
+    async with running_broker(
+        tmp_path / "store",
+        mappedFileSizeCommitLog=64 * 1024,
+        deleteWhen="99",  # never the hour
+        fileReservedTime=0,
+        deleteCommitLogFilesInterval=0,
+    ) as h:
+        store = h.controller.message_store
+        store.disk_usage_probe = lambda: 0.10
+        for _ in range(60):
+            await send(h, "Expiring", b"e" * 3000, 0)
+        assert await store.wait_dispatched(5)
+        assert await store.clean_expired_files_now() == 0 and store.get_commit_log_min_offset() == 0
+        r = await h.call(RemotingCommand.request(RequestCode.DELETE_EXPIRED_COMMITLOG, None))
+        assert (r.code, r.remark) == (ResponseCode.SUCCESS, None)
+        assert await store.clean_expired_files_now() >= 2 and store.get_commit_log_min_offset() > 0

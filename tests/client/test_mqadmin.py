@@ -465,6 +465,12 @@ async def test_clean_expired_cq_and_unused_topic(tmp_path: Path) -> None:
         # without -b or -c: every broker of every cluster
         js = json.loads(await asyncio.to_thread(ok, "cleanExpiredCQ", "-n", n, "--json"))
         assert js == {"success": True, "brokers": [addr]}
+        # deleteExpiredCommitLog: the broker's next cleaning rounds delete expired files at once (the store
+        # test checks the deleting); here, that every broker is asked and answers
+        out = await asyncio.to_thread(ok, "deleteExpiredCommitLog", "-n", n, "-c", "DefaultCluster")
+        assert out.splitlines() == [f"{addr}: success"]
+        js = json.loads(await asyncio.to_thread(ok, "deleteExpiredCommitLog", "-n", n, "-b", addr, "--json"))
+        assert js == {"success": True, "brokers": [addr]}
     finally:
         br_d.terminate()
         ns_d.terminate()
