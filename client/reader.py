@@ -57,6 +57,7 @@ from remoting.headers import PullMessageRequestHeader
 from remoting.message import PermName, decode_messages
 
 from .config import ClientConfig
+from .consumer.filter import EXPRESSION_TYPE_SQL92, MessageSelector, build_subscription_data
 from .errors import MQBrokerError, MQClientError, NoRouteError, SystemBusyError, error_for_code
 from .instance import MQClientInstance, get_client_manager
 from .message import MessageExt, MessageQueue, PullResult, PullStatus
@@ -104,13 +105,23 @@ class OffsetOutOfRangeError(MQClientError):
 
 @dataclass(frozen=True, slots=True)
 class TagExpression:
-    """`*` or `TagA || TagB`; `matches(tag)` is the exact client-side check."""
+    """`*` or `TagA || TagB`; `matches(tag)` is the exact client-side check. Or an SQL92 selector
+    (`MessageSelector.by_sql`), which the broker applies exactly (needs enablePropertyFilter): no tags
+    to check here."""
 
     expression: str
     tags: frozenset[str] | None
+    expression_type: str = TAG_EXPRESSION_TYPE
 
     @classmethod
-    def parse(cls, expression: str | None) -> TagExpression:
+    def parse(cls, expression: str | MessageSelector | None) -> TagExpression:
+        if isinstance(expression, MessageSelector):
+            if expression.expression_type == EXPRESSION_TYPE_SQL92:
+                sql = (expression.expression or "").strip()
+                if not sql:
+                    raise MQClientError("empty SQL92 expression")
+                return cls(sql, None, EXPRESSION_TYPE_SQL92)
+            expression = expression.expression
         expr = (expression or "*").strip()
         if not expr or expr == "*":
             return cls("*", None)
@@ -211,6 +222,26 @@ class QueueReader:
                 queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
         return sorted(queues)
 
+    async def check_selector(self, topic: str, selector: str | MessageSelector) -> None:
+        """For an SQL92 selector: CHECK_CLIENT_CONFIG with every master of the topic (as a consumer does when
+        it starts), so a broker without enablePropertyFilter, or an expression it cannot compile, fails
+        here, naming the broker, instead of at the first pull. Tag expressions need no check."""
+        expr = TagExpression.parse(selector)
+        if expr.expression_type != EXPRESSION_TYPE_SQL92:
+            return
+        sd = build_subscription_data(topic, MessageSelector.by_sql(expr.expression))
+        route = await self.api.get_topic_route_info_from_name_server(topic, self.timeout_ms)
+        for bd in route.broker_datas:
+            addr = bd.broker_addrs.get(MASTER_ID)
+            if not addr:
+                continue
+            try:
+                await self.api.check_client_in_broker(addr, self.consumer_group, self.instance.client_id, sd,
+                                                      self.timeout_ms)
+            except MQBrokerError as e:
+                raise MQClientError(f"broker {bd.broker_name} ({addr}) refuses the SQL92 expression "
+                                    f"{expr.expression!r} for topic {topic}: {e}") from e
+
     async def broker_addr(self, broker_name: str, topic: str | None = None, *, master: bool = False) -> str:
         """The master's address (any broker of that name for reads when no master is up)."""
         table = self._broker_addrs.get(broker_name)
@@ -287,7 +318,7 @@ class QueueReader:
         start: int,
         end: int,
         *,
-        sub_expression: str = "*",
+        sub_expression: str | MessageSelector = "*",
         max_batch: int | None = None,
     ) -> AsyncIterator[list[MessageExt]]:
         """Messages of `mq` with start <= queue offset < end, in order, one list per pull (empty
@@ -303,7 +334,7 @@ class QueueReader:
         start: int,
         end: int,
         *,
-        sub_expression: str = "*",
+        sub_expression: str | MessageSelector = "*",
         max_batch: int | None = None,
         pipeline: int | None = None,
     ) -> AsyncIterator[PulledChunk]:
@@ -423,7 +454,7 @@ class QueueReader:
             suspend_timeout_millis=0,
             subscription=expr.expression,
             sub_version=0,
-            expression_type=TAG_EXPRESSION_TYPE,
+            expression_type=expr.expression_type,
         ).encode()
 
     async def _send_pull(
@@ -442,7 +473,7 @@ class QueueReader:
         return await self.api.remoting.invoke_future(addr, cmd, self.pull_timeout_ms)
 
     async def pull_once(
-        self, mq: MessageQueue, offset: int, max_nums: int | None = None, *, sub_expression: str = "*"
+        self, mq: MessageQueue, offset: int, max_nums: int | None = None, *, sub_expression: str | MessageSelector = "*"
     ) -> PullResult:
         """One PULL_MESSAGE at `offset` (no suspend), decoded. For tools and tests."""
         expr = TagExpression.parse(sub_expression)
@@ -505,6 +536,9 @@ class BlockingQueueReader:
     def fetch_queues(self, topic: str) -> list[MessageQueue]:
         return self._call(self.reader.fetch_queues(topic))
 
+    def check_selector(self, topic: str, selector: str | MessageSelector) -> None:
+        self._call(self.reader.check_selector(topic, selector))
+
     def min_offset(self, mq: MessageQueue) -> int:
         return self._call(self.reader.min_offset(mq))
 
@@ -529,11 +563,11 @@ class BlockingQueueReader:
     def commit_offsets(self, group: str, offsets: dict[MessageQueue, int]) -> int:
         return self._call(self.reader.commit_offsets(group, offsets))
 
-    def pull_once(self, mq: MessageQueue, offset: int, max_nums: int | None = None, *, sub_expression: str = "*") -> PullResult:
+    def pull_once(self, mq: MessageQueue, offset: int, max_nums: int | None = None, *, sub_expression: str | MessageSelector = "*") -> PullResult:
         return self._call(self.reader.pull_once(mq, offset, max_nums, sub_expression=sub_expression))
 
     def read_range(
-        self, mq: MessageQueue, start: int, end: int, *, sub_expression: str = "*", max_batch: int | None = None
+        self, mq: MessageQueue, start: int, end: int, *, sub_expression: str | MessageSelector = "*", max_batch: int | None = None
     ) -> Iterator[list[MessageExt]]:
         for chunk in self.read_range_raw(mq, start, end, sub_expression=sub_expression, max_batch=max_batch):
             msgs = decode_chunk(chunk)
@@ -546,7 +580,7 @@ class BlockingQueueReader:
         start: int,
         end: int,
         *,
-        sub_expression: str = "*",
+        sub_expression: str | MessageSelector = "*",
         max_batch: int | None = None,
         pipeline: int | None = None,
     ) -> Iterator[PulledChunk]:

@@ -6,7 +6,8 @@ Source options (see the package docstring for the full contract):
 |---|---|---|
 | `nameServer` | $NAMESRV_ADDR | 'ip:port;ip:port' |
 | `topic` | required | one topic or a comma list |
-| `subExpression` | `*` | tag expression: `*` or `TagA || TagB` |
+| `subExpression` | `*` | tag expression: `*` or `TagA || TagB`; with `expressionType=SQL92`, an SQL92 selector |
+| `expressionType` | `TAG` | `TAG`, or `SQL92` (`subExpression` is then filtered by the broker over message properties: it needs `enablePropertyFilter=true`) |
 | `startingOffsets` | streaming `latest`, batch `earliest` | `earliest` / `latest` / JSON per queue |
 | `startingTimestamp` | - | ms since epoch: every queue starts at its first message stored at or after it |
 | `startingOffsetsByTimestamp` | - | JSON {topic: {"broker/qid": ms}} |
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from client.config import parse_namesrv_addr, resolve_namesrv_addr
+from client.consumer.filter import MessageSelector
 from client.errors import MQClientError
 from client.message import MessageQueue
 
@@ -65,6 +67,7 @@ _SOURCE_KEYS = {
     "nameserver",
     "topic",
     "subexpression",
+    "expressiontype",
     "startingoffsets",
     "startingtimestamp",
     "startingoffsetsbytimestamp",
@@ -97,13 +100,23 @@ _SINK_KEYS = {
 
 @dataclass(frozen=True, slots=True)
 class TagFilter:
-    """A RocketMQ tag expression: `*` (everything) or `TagA || TagB` (messages with one of those tags)."""
+    """A RocketMQ tag expression: `*` (everything) or `TagA || TagB` (messages with one of those tags); or,
+    with expressionType SQL92, a selector over message properties the broker applies."""
 
     expression: str = "*"
     tags: frozenset[str] | None = None  # None = all
+    expression_type: str = "TAG"
 
     @classmethod
-    def parse(cls, expression: str | None) -> TagFilter:
+    def parse(cls, expression: str | None, expression_type: str | None = None) -> TagFilter:
+        kind = (expression_type or "TAG").strip().upper()
+        if kind == "SQL92":
+            sql = (expression or "").strip()
+            if not sql or sql == "*":
+                raise OptionError("subExpression: expressionType=SQL92 needs an SQL92 expression, e.g. \"a > 5\"")
+            return cls(sql, None, "SQL92")
+        if kind != "TAG":
+            raise OptionError(f"expressionType: expected TAG or SQL92, got {expression_type!r}")
         expr = (expression or "*").strip()
         if not expr or expr == "*":
             return cls("*", None)
@@ -114,7 +127,12 @@ class TagFilter:
 
     @property
     def match_all(self) -> bool:
-        return self.tags is None
+        return self.tags is None and self.expression_type == "TAG"
+
+    @property
+    def selector(self) -> str | MessageSelector:
+        """What the client's reader takes: the tag expression, or the SQL92 selector."""
+        return MessageSelector.by_sql(self.expression) if self.expression_type == "SQL92" else self.expression
 
     def matches(self, tag: str | None) -> bool:
         return self.tags is None or (tag is not None and tag in self.tags)
@@ -293,7 +311,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     return SourceOptions(
         namesrv_addr=_namesrv(opts),
         topics=topics,
-        tag_filter=TagFilter.parse(opts.get("subexpression")),
+        tag_filter=TagFilter.parse(opts.get("subexpression"), opts.get("expressiontype")),
         starting=starting,
         ending=ending,
         max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None),

@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.errors import TopicNotExistError
+from client.errors import MQClientError, TopicNotExistError
 from client.message import MessageQueue
 from client.reader import BlockingQueueReader, OffsetOutOfRangeError
 
@@ -84,7 +84,7 @@ def read_partition(opts: SourceOptions, part: QueueRangePartition) -> Iterator[o
     reached = start
     while start < part.end:
         try:
-            for chunk in reader.read_range_raw(mq, start, part.end, sub_expression=opts.tag_filter.expression):
+            for chunk in reader.read_range_raw(mq, start, part.end, sub_expression=opts.tag_filter.selector):
                 reached = max(reached, chunk.next_offset)
                 builder.add(chunk)
                 pending_bytes += len(chunk.body)
@@ -131,9 +131,10 @@ class _Planner:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._reader: BlockingQueueReader | None = None
+        self._checked: set[str] = set()  # topics whose brokers accepted the SQL92 expression
 
     def __getstate__(self) -> dict[str, object]:
-        return {"opts": self.opts, "_reader": None}
+        return {"opts": self.opts, "_reader": None, "_checked": set()}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -153,11 +154,21 @@ class _Planner:
         out: list[MessageQueue] = []
         for topic in self.opts.topics:
             try:
-                out.extend(self.reader.fetch_queues(topic))
+                queues = self.reader.fetch_queues(topic)
             except TopicNotExistError:
                 if not missing_ok:
                     raise OptionError(f"topic: {topic!r} does not exist (no route on the NameServer)") from None
                 log.warning("topic_not_found_yet", topic=topic)
+                continue
+            if self.opts.tag_filter.expression_type == "SQL92" and topic not in self._checked:
+                # The brokers compile the expression now (and say when property filtering is off), rather
+                # than every partition failing its first pull.
+                try:
+                    self.reader.check_selector(topic, self.opts.tag_filter.selector)
+                except MQClientError as e:
+                    raise OptionError(f"subExpression: {e}") from None
+                self._checked.add(topic)
+            out.extend(queues)
         return out
 
     def ranges(self, queues: Sequence[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:

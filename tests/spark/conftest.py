@@ -57,7 +57,7 @@ def rmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("rmq")
     ns, ns_addr = start_namesrv(tmp)
     try:
-        br, br_addr = start_broker(tmp, ns_addr)
+        br, br_addr = start_broker(tmp, ns_addr, extra={"enablePropertyFilter": True})  # (for SQL92 reads)
         try:
             yield Cluster(ns_addr, br_addr, br, tmp)
         finally:

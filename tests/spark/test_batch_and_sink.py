@@ -63,6 +63,16 @@ def test_batch_read_filters_tags_and_splits_partitions(spark: Any, rmq: Cluster)
     assert sorted(int(r["properties"]["i"]) for r in df.collect()) == list(range(0, 30, 3))
 
 
+def test_batch_read_with_an_sql92_selector(spark: Any, rmq: Cluster) -> None:
+    topic = topic_name("Bsql")
+    produce(rmq.namesrv, topic, 12, tags=lambda i: "TagA" if i % 2 else "TagB")  # property i=<i>
+    df = _read(spark, rmq, topic, subExpression="i >= 3 AND i < 9 AND TAGS = 'TagA'", expressionType="SQL92")
+    assert sorted(int(r["properties"]["i"]) for r in df.collect()) == [3, 5, 7]
+    # the brokers compile the expression when the read is planned, naming what is wrong
+    with pytest.raises(Exception, match="subExpression: broker broker-a .* refuses the SQL92 expression"):
+        _read(spark, rmq, topic, subExpression="i >>= 3", expressionType="SQL92").collect()
+
+
 def test_batch_read_errors_are_clear(spark: Any, rmq: Cluster) -> None:
     with pytest.raises(Exception, match="does not exist"):
         _read(spark, rmq, topic_name("Missing")).collect()

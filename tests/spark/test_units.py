@@ -119,6 +119,8 @@ def test_source_options_values() -> None:
         ({"topic": "T", "endingOffsets": "earliest"}, False, "endingOffsets"),
         ({"topic": "T", "startingOffsets": '{"U": {"b/0": 1}}'}, True, "not in the topic option"),
         ({"topic": "T", "subExpression": " || "}, True, "no tag"),
+        ({"topic": "T", "expressionType": "SQL92"}, True, "needs an SQL92 expression"),
+        ({"topic": "T", "expressionType": "XPATH", "subExpression": "a"}, True, "expected TAG or SQL92"),
         ({"topic": "T", "nameServer": "nonsense"}, True, "nameServer"),
     ],
 )
@@ -149,6 +151,12 @@ def test_tag_filter() -> None:
     assert TagFilter.parse(" * ").matches(None)
     e = TagExpression.parse("x||y")
     assert e.expression == "x || y" and e.matches("y") and not e.matches("z")
+    sql = parse_source_options({"nameServer": NS, "topic": "T", "subExpression": " a > 5 ", "expressionType": "sql92"},
+                               streaming=True).tag_filter
+    assert (sql.expression, sql.expression_type, sql.match_all) == ("a > 5", "SQL92", False)
+    e = TagExpression.parse(sql.selector)  # what the reader's pulls carry
+    assert (e.expression, e.expression_type, e.tags) == ("a > 5", "SQL92", None)
+    assert TagFilter.parse("TagA").selector == "TagA" and TagFilter.parse("*").match_all
 
 
 # ------------------------------------------------------------------------------------------ planning
