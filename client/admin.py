@@ -389,6 +389,18 @@ class Admin:
             await self.api.clean_expired_consume_queue(addr, self.timeout * 10)
         return addrs
 
+    async def resume_check_half_message(self, msg_id: str) -> str:
+        """`resumeCheckHalfMessage`: have the broker ask a transaction's producer again about a message whose
+        checks were given up (after transactionCheckMax; it is kept in TRANS_CHECK_MAX_TIME_TOPIC). `msg_id` is
+        that message's offset msg id, which names its broker. Returns the broker's address."""
+        try:
+            host, port, _ = decode_offset_msg_id(msg_id.strip())
+        except ValueError as e:
+            raise MQClientError(f"msgId {msg_id!r} is not an offset msg id: {e}") from None
+        addr = f"{host}:{port}"
+        await self.api.resume_check_half_message(addr, msg_id.strip(), self.timeout)
+        return addr
+
     async def delete_expired_commit_log(
         self, *, broker_addr: str | None = None, cluster: str | None = None
     ) -> list[str]:

@@ -905,6 +905,11 @@ class MQClientAPIImpl:
         """CLEAN_EXPIRED_CONSUMEQUEUE: the broker drops the consume queues whose messages are all deleted."""
         await self._call(addr, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, timeout_ms=timeout_ms)
 
+    async def resume_check_half_message(self, addr: str, msg_id: str, timeout_ms: float | None = None) -> None:
+        """RESUME_CHECK_HALF_MESSAGE: the broker asks the transaction's producer about `msg_id` (an offset msg
+        id) again."""
+        await self._call(addr, RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": msg_id}, timeout_ms=timeout_ms)
+
     async def delete_expired_commit_log(self, addr: str, timeout_ms: float | None = None) -> None:
         """DELETE_EXPIRED_COMMITLOG: the broker's next cleaning rounds delete expired commit log files at once."""
         await self._call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, timeout_ms=timeout_ms)

@@ -794,6 +794,13 @@ class CloneGroupOffsetRequestHeader(CommandHeader):
 
 
 @header
+class ResumeCheckHalfMessageRequestHeader(CommandHeader):
+    """RESUME_CHECK_HALF_MESSAGE (323): check a given-up transaction again (its message's offset msg id)."""
+
+    msg_id: str
+
+
+@header
 class ViewBrokerStatsDataRequestHeader(CommandHeader):
     """VIEW_BROKER_STATS_DATA (315): one of the broker's stats items (`mqadmin statsAll`)."""
 

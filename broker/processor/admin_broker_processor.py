@@ -60,6 +60,7 @@ from remoting.headers import (
     QueryConsumeTimeSpanRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ResetOffsetRequestHeader,
+    ResumeCheckHalfMessageRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
     ViewBrokerStatsDataRequestHeader,
@@ -68,6 +69,7 @@ from remoting.message import decode_offset_msg_id
 from remoting.properties import ConfigError, parse_properties
 from store.config import CQ_STORE_UNIT_SIZE
 from store.consume_queue import CQ_UNIT
+from store.results import PutMessageStatus
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -144,6 +146,7 @@ class AdminBrokerProcessor:
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
             RequestCode.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
             RequestCode.DELETE_EXPIRED_COMMITLOG: self.delete_expired_commit_log,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self.resume_check_half_message,
         }
 
     @property
@@ -311,6 +314,24 @@ class AdminBrokerProcessor:
         commit log no longer holds, and topics left with none; answered when their files are gone."""
         n = await self.c.message_store.clean_expired_consume_queues()
         log.info("clean_expired_consume_queue", queues=n, peer=ctx.remote_addr)
+        return reply(ResponseCode.SUCCESS)
+
+    async def resume_check_half_message(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+        """RESUME_CHECK_HALF_MESSAGE: ask a transaction's producer again about a message whose checks were
+        given up (transactionCheckMax) or are pending, by its offset msg id."""
+        h = decode_header(ResumeCheckHalfMessageRequestHeader, cmd)
+        try:
+            _, _, offset = decode_offset_msg_id(h.msg_id)
+        except ValueError as e:
+            return reply(ResponseCode.SYSTEM_ERROR, f"msgId {h.msg_id!r}: {e}")
+        msg = self.c.message_store.look_message_by_offset(offset)
+        if msg is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"no message at commit log offset {offset} (msgId {h.msg_id})")
+        result = await self.c.transactional_message_service.resume_check(msg)
+        if result is None:
+            return reply(ResponseCode.SYSTEM_ERROR, f"message {h.msg_id} of topic {msg.topic} is not a transaction's")
+        if result.status not in (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT):
+            return reply(ResponseCode.SYSTEM_ERROR, "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
         return reply(ResponseCode.SUCCESS)
 
     def delete_expired_commit_log(self, ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

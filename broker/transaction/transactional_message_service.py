@@ -409,6 +409,23 @@ class TransactionalMessageService:
             log.error("transaction_put_back_unreadable", commit_log_offset=ar.wrote_offset)
         return copy
 
+    async def resume_check(self, msg: MessageExt) -> PutMessageResult | None:
+        """RESUME_CHECK_HALF_MESSAGE: put a transaction's message (a half message, or one given up in
+        TRANS_CHECK_MAX_TIME_TOPIC) back at the end of the half queue with TRANSACTION_CHECK_TIMES 0, so its
+        producer is asked again. Unlike RocketMQ's re-put, the copy starts a transaction of its own (no
+        TRAN_PREPARED_QUEUE_OFFSET: its root is its own offset), since the one it came from may be decided
+        (a given-up transaction counts as rolled back) and a copy of a decided root would never be asked
+        about. None: not a transaction's message (no REAL_TOPIC)."""
+        if not msg.properties.get(MessageConst.PROPERTY_REAL_TOPIC):
+            return None
+        props = dict(msg.properties)
+        props.pop(_ROOT, None)
+        props[_CHECK_TIMES] = "0"
+        result = await self.bridge.put_messages([self.bridge.renew_half_message_inner(msg, props)])
+        log.info("transaction_check_resumed", real_topic=props[MessageConst.PROPERTY_REAL_TOPIC],
+                 from_offset=msg.commit_log_offset, status=result.status.value if result is not None else None)
+        return result
+
     async def discard_message(self, half: MessageExt, root: int, reason: str, listener: CheckListener) -> bool:
         """Give a transaction up: keep the message in TRANS_CHECK_MAX_TIME_TOPIC (as RocketMQ does) and write its
         op record in the same append, so it counts as rolled back (a late commit is ignored)."""

@@ -542,6 +542,17 @@ def clean_unused_topic(namesrv_addr: str | None, broker_addr: str | None, cluste
     return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_unused_topic", as_json)
 
 
+@cli.command("resumeCheckHalfMessage")
+@common
+@click.option("-i", "--msgId", "msg_id", required=True,
+              help="offset msg id of the transaction's message (e.g. its copy in TRANS_CHECK_MAX_TIME_TOPIC)")
+def resume_check_half_message(namesrv_addr: str | None, msg_id: str) -> int:
+    """Ask a transaction's producer again about a message whose checks were given up (RESUME_CHECK_HALF_MESSAGE)."""
+    addr = run_admin(namesrv_addr, lambda a: a.resume_check_half_message(msg_id))
+    click.echo(f"{addr}: success")
+    return 0
+
+
 @cli.command("deleteExpiredCommitLog")
 @common
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")

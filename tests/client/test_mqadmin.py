@@ -22,7 +22,7 @@ from client import (
     PushConsumer,
 )
 from client.cli import mqshutdown
-from remoting.message import decode_offset_msg_id, java_string_hash
+from remoting.message import create_offset_msg_id, decode_offset_msg_id, java_string_hash
 from tests.client.conftest import RealCluster
 from tests.support.daemons import BIN, PYTHON, free_port, refused_port, start_broker, start_namesrv
 
@@ -66,6 +66,12 @@ async def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> None:
 
 def test_topic_lifecycle(real_cluster: RealCluster, topic: str) -> None:
     n = real_cluster.namesrv_addr
+    # resumeCheckHalfMessage (the broker side is tested in tests/transaction): an id that names no broker
+    assert "is not an offset msg id" in fails("resumeCheckHalfMessage", "-n", n, "-i", "NOT-AN-ID")
+    addr = real_cluster.brokers["broker-a"]
+    host, port = addr.split(":")
+    line = fails("resumeCheckHalfMessage", "-n", n, "-i", create_offset_msg_id(host, int(port), 1 << 40))
+    assert "no message at commit log offset 1099511627776" in line
     out = ok("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", topic, "-r", "4", "-w", "4")
     assert out.count("success.") == 2 and "readQueueNums=4" in out
     assert topic in ok("topicList", "-n", n).split()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from client import (
+    Admin,
     LocalTransactionState,
     Message,
     MQBrokerError,
@@ -196,6 +197,35 @@ async def test_check_max_then_rolled_back(tx_cluster: TxCluster, remoting: Remot
         await asyncio.sleep(0.3)
         assert await bodies(remoting, c, "TxMax") == []
     assert "transaction_discarded" in c.broker_daemon.output()
+
+
+async def test_resume_check_of_a_given_up_transaction(tx_cluster: TxCluster, remoting: RemotingClient) -> None:
+    """RESUME_CHECK_HALF_MESSAGE (mqadmin resumeCheckHalfMessage): a transaction given up after transactionCheckMax
+    checks is asked about again, from zero, and a commit then delivers it (once)."""
+    c = tx_cluster
+    lis = Recorder()
+    async with producer(c, "PG-resume", lis) as p:
+        r = await p.send_in_transaction(Message("TxResume", b"decided-late"))
+        kept = await eventually(
+            lambda: _find(pull_queue(remoting, c.broker, CHECK_MAX_TOPIC, 0), r.msg_id), timeout=15
+        )
+        assert lis.checks_of(b"decided-late") == 3 and await bodies(remoting, c, "TxResume") == []
+        lis.check[b"decided-late"] = COMMIT  # the producer knows now
+        async with Admin(c.namesrv) as admin:
+            assert await admin.resume_check_half_message(kept.offset_msg_id) == c.broker
+            sent = await p.send(Message("TxResume", b"plain"))
+            with pytest.raises(MQBrokerError, match="not a transaction's"):
+                await admin.resume_check_half_message(sent.offset_msg_id)
+        assert await eventually(lambda: _has(bodies(remoting, c, "TxResume"), b"decided-late"), timeout=15)
+        assert lis.checks_of(b"decided-late") == 4
+        resumed = [m for m in lis.checked if m.body == b"decided-late"][-1]
+        assert resumed.properties[MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES] == "1"  # counted from 0 again
+        await asyncio.sleep(SETTLE_S)
+        assert await bodies(remoting, c, "TxResume") == [b"decided-late", b"plain"]
+
+
+async def _has(bodies_coro: Any, body: bytes) -> bool:
+    return body in await bodies_coro
 
 
 async def _find(msgs_coro: Any, uniq: str) -> Any:
