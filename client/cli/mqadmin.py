@@ -522,21 +522,24 @@ def _clean_on_brokers(
     return 0
 
 
+def on_brokers_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of the commands run on brokers (_clean_on_brokers): -n, -b, -c and --json."""
+    fn = json_opt(fn)
+    fn = click.option("-c", "--cluster", "cluster", default=None,
+                      help="every broker of this cluster (default: every cluster)")(fn)
+    fn = click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")(fn)
+    return common(fn)
+
+
 @cli.command("cleanExpiredCQ")
-@common
-@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
-@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
-@json_opt
+@on_brokers_options
 def clean_expired_cq(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None, as_json: bool) -> int:
     """Drop the consume queues whose messages the commit log no longer holds (CLEAN_EXPIRED_CONSUMEQUEUE)."""
     return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_expired_consume_queue", as_json)
 
 
 @cli.command("cleanUnusedTopic")
-@common
-@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
-@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
-@json_opt
+@on_brokers_options
 def clean_unused_topic(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None, as_json: bool) -> int:
     """Drop the consume queues of topics a broker has no config for (CLEAN_UNUSED_TOPIC)."""
     return _clean_on_brokers(namesrv_addr, broker_addr, cluster, "clean_unused_topic", as_json)
@@ -554,10 +557,7 @@ def resume_check_half_message(namesrv_addr: str | None, msg_id: str) -> int:
 
 
 @cli.command("deleteExpiredCommitLog")
-@common
-@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address")
-@click.option("-c", "--cluster", "cluster", default=None, help="every broker of this cluster (default: every cluster)")
-@json_opt
+@on_brokers_options
 def delete_expired_commit_log(namesrv_addr: str | None, broker_addr: str | None, cluster: str | None,
                               as_json: bool) -> int:
     """Have brokers delete their commit log files older than fileReservedTime now, in their next cleaning

@@ -177,10 +177,7 @@ async def test_check_max_then_rolled_back(tx_cluster: TxCluster, remoting: Remot
     c = tx_cluster
     lis = Recorder()
     async with producer(c, "PG-max", lis) as p:
-        r = await p.send_in_transaction(Message("TxMax", b"never-known"))
-        kept = await eventually(
-            lambda: _find(pull_queue(remoting, c.broker, CHECK_MAX_TOPIC, 0), r.msg_id), timeout=15
-        )
+        r, kept = await _given_up(remoting, c, p, "TxMax", b"never-known")
         assert kept.properties[MessageConst.PROPERTY_REAL_TOPIC] == "TxMax"
         assert kept.properties[MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES] == "3"
         assert lis.checks_of(b"never-known") == 3
@@ -205,10 +202,7 @@ async def test_resume_check_of_a_given_up_transaction(tx_cluster: TxCluster, rem
     c = tx_cluster
     lis = Recorder()
     async with producer(c, "PG-resume", lis) as p:
-        r = await p.send_in_transaction(Message("TxResume", b"decided-late"))
-        kept = await eventually(
-            lambda: _find(pull_queue(remoting, c.broker, CHECK_MAX_TOPIC, 0), r.msg_id), timeout=15
-        )
+        _, kept = await _given_up(remoting, c, p, "TxResume", b"decided-late")
         assert lis.checks_of(b"decided-late") == 3 and await bodies(remoting, c, "TxResume") == []
         lis.check[b"decided-late"] = COMMIT  # the producer knows now
         async with Admin(c.namesrv) as admin:
@@ -222,6 +216,16 @@ async def test_resume_check_of_a_given_up_transaction(tx_cluster: TxCluster, rem
         assert resumed.properties[MessageConst.PROPERTY_TRANSACTION_CHECK_TIMES] == "1"  # counted from 0 again
         await asyncio.sleep(SETTLE_S)
         assert await bodies(remoting, c, "TxResume") == [b"decided-late", b"plain"]
+
+
+async def _given_up(
+    remoting: RemotingClient, c: TxCluster, p: TransactionProducer, topic: str, body: bytes
+) -> tuple[TransactionSendResult, Any]:
+    """Send a transaction its listener never decides; wait until the broker gives it up (its copy appears in
+    TRANS_CHECK_MAX_TIME_TOPIC). Returns the send's result and that copy."""
+    r = await p.send_in_transaction(Message(topic, body))
+    kept = await eventually(lambda: _find(pull_queue(remoting, c.broker, CHECK_MAX_TOPIC, 0), r.msg_id), timeout=15)
+    return r, kept
 
 
 async def _has(bodies_coro: Any, body: bytes) -> bool:
