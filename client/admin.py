@@ -46,6 +46,7 @@ from remoting.headers import (
     QueryConsumeTimeSpanRequestHeader,
 )
 from remoting.message import MessageExt, create_offset_msg_id, decode_offset_msg_id
+from remoting.version import version_desc
 
 from .config import ClientConfig
 from .errors import (
@@ -763,7 +764,7 @@ class Admin:
             except (MQBrokerError, MQClientError, RemotingError):
                 conn = None
             if conn is not None and conn.connection_set:
-                versions = {str(c.version) for c in conn.connection_set}
+                versions = {version_desc(c.version) for c in conn.connection_set}  # (names, as Java's tool)
                 rows.append(
                     GroupProgress(
                         group,

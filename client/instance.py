@@ -48,7 +48,7 @@ from remoting.body import (
 )
 from remoting.client import RemotingClient
 from remoting.codes import RequestCode, ResponseCode
-from remoting.command import RemotingCommand
+from remoting.command import DEFAULT_VERSION, RemotingCommand
 from remoting.connection import RemotingConnection, RequestContext, RequestDispatcher
 from remoting.errors import RemotingError
 from remoting.headers import (
@@ -68,6 +68,7 @@ from remoting.message import (
     decode_properties,
     uncompress_body,
 )
+from remoting.version import version_desc
 
 from .config import ClientConfig
 from .errors import MQBrokerError, MQClientError, NoNameServerError, NoRouteError, TopicNotExistError
@@ -85,7 +86,7 @@ from .route import (
 _get_ident = threading.get_ident
 log = structlog.get_logger(__name__)
 
-CLIENT_VERSION = "V4_9_4"
+CLIENT_VERSION = version_desc(DEFAULT_VERSION)
 
 
 @runtime_checkable

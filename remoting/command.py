@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .codes import LanguageCode, RemotingFlag, ResponseCode, SerializeType
+from .version import CURRENT_VERSION
 
-# MQVersion.Version.V4_9_4.ordinal() in RocketMQ 4.9.x (395 is V4_9_1): what Java's mqadmin prints as our
-# clients' and brokers' version. Java clients only compare it with V4_1_0_SNAPSHOT (SQL92 support).
-DEFAULT_VERSION = 401
+# MQVersion.Version.V4_9_4's ordinal, 401 (395 is V4_9_1): what Java's mqadmin prints as our clients' and
+# brokers' version. Java clients only compare it with V4_1_0_SNAPSHOT (SQL92 support).
+DEFAULT_VERSION = CURRENT_VERSION
 
 
 @dataclass(slots=True)

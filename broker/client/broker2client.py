@@ -18,6 +18,7 @@ from remoting.headers import (
     NotifyConsumerIdsChangedRequestHeader,
     ResetOffsetRequestHeader,
 )
+from remoting.version import V3_0_7_SNAPSHOT, version_desc
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -28,22 +29,6 @@ log = structlog.get_logger(__name__)
 # at once). Below the Java mqadmin's default request timeout (5 s), so a client that does not answer is
 # reported by name rather than the tool timing out first (RocketMQ waits 5 s per client, one after another).
 CONSUMER_STATUS_TIMEOUT_MS = 3000
-
-# MQVersion.Version's first names, up to V3_0_7_SNAPSHOT (ordinal 28): clients older than that cannot
-# answer GET_CONSUMER_STATUS_FROM_CLIENT; the names are what RocketMQ's refusal shows.
-_VERSIONS_BEFORE_V3_0_7 = (
-    "V3_0_0_SNAPSHOT", "V3_0_0_ALPHA1", "V3_0_0_BETA1", "V3_0_0_BETA2", "V3_0_0_BETA3", "V3_0_0_BETA4",
-    "V3_0_0_BETA5", "V3_0_0_BETA6_SNAPSHOT", "V3_0_0_BETA6", "V3_0_0_BETA7_SNAPSHOT", "V3_0_0_BETA7",
-    "V3_0_0_BETA8_SNAPSHOT", "V3_0_0_BETA8", "V3_0_0_BETA9_SNAPSHOT", "V3_0_0_BETA9", "V3_0_0_FINAL",
-    "V3_0_1_SNAPSHOT", "V3_0_1", "V3_0_2_SNAPSHOT", "V3_0_2", "V3_0_3_SNAPSHOT", "V3_0_3", "V3_0_4_SNAPSHOT",
-    "V3_0_4", "V3_0_5_SNAPSHOT", "V3_0_5", "V3_0_6_SNAPSHOT", "V3_0_6",
-)
-
-
-def _version_desc(version: int) -> str:
-    """MQVersion.getVersionDesc for the versions that get it shown (those before V3_0_7_SNAPSHOT)."""
-    return _VERSIONS_BEFORE_V3_0_7[version] if 0 <= version < len(_VERSIONS_BEFORE_V3_0_7) else str(version)
-
 
 class Broker2Client:
     def __init__(self, controller: BrokerController) -> None:
@@ -145,12 +130,12 @@ class Broker2Client:
                 )
         # RocketMQ refuses when any member is that old, asked or not; only the clients asked matter here.
         for info in targets:
-            if info.version < len(_VERSIONS_BEFORE_V3_0_7):
+            if info.version < V3_0_7_SNAPSHOT:  # (it cannot answer GET_CONSUMER_STATUS_FROM_CLIENT)
                 log.warning("consumer_status_client_too_old", group=group, client_id=info.client_id,
                             peer=info.remote_addr, version=info.version)
                 return RemotingCommand(
                     code=ResponseCode.SYSTEM_ERROR,
-                    remark=f"the client does not support this feature. version={_version_desc(info.version)}",
+                    remark=f"the client does not support this feature. version={version_desc(info.version)}",
                 )
         header = GetConsumerStatusRequestHeader(topic=topic, group=group).encode()
         answers = await asyncio.gather(*(self._ask_consumer_status(info, header) for info in targets))

@@ -67,6 +67,7 @@ from remoting.headers import (
 )
 from remoting.message import decode_offset_msg_id
 from remoting.properties import ConfigError, parse_properties
+from remoting.version import version_desc
 from store.config import CQ_STORE_UNIT_SIZE
 from store.consume_queue import CQ_UNIT
 from store.results import PutMessageStatus
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 BROKER_VERSION = DEFAULT_VERSION  # MQVersion.Version.V4_9_4's ordinal
-BROKER_VERSION_DESC = "V4_9_4"
+BROKER_VERSION_DESC = version_desc(DEFAULT_VERSION)
 _TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
 

@@ -22,6 +22,7 @@ from remoting.body import ConsumeMessageDirectlyResult, ConsumerRunningInfo
 from remoting.log import configure_logging
 from remoting.loop import run as run_loop
 from remoting.message import MessageExt, PermName
+from remoting.version import version_desc
 
 from ..admin import Admin, to_jsonable
 from ..config import NAMESRV_ADDR_ENV, parse_namesrv_addr
@@ -720,7 +721,7 @@ def consumer_connection(namesrv_addr: str | None, group: str, as_json: bool) -> 
     echo_table(
         ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"],
         [
-            (i + 1, c.client_id, c.client_addr, c.language, c.version)
+            (i + 1, c.client_id, c.client_addr, c.language, version_desc(c.version))
             for i, c in enumerate(conn.connection_set)
         ],
     )
@@ -750,7 +751,8 @@ def producer_connection(namesrv_addr: str | None, group: str, topic: str, as_jso
         return 0
     echo_table(
         ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"],
-        [(i + 1, c.client_id, c.client_addr, c.language, c.version) for i, c in enumerate(conn.connection_set)],
+        [(i + 1, c.client_id, c.client_addr, c.language, version_desc(c.version))
+         for i, c in enumerate(conn.connection_set)],
     )
     return 0
 
@@ -768,7 +770,7 @@ def producer(namesrv_addr: str | None, broker_addr: str, as_json: bool) -> int:
     echo_table(
         ["#ProducerGroup", "#ClientId", "#RemoteIP", "#Language", "#Version", "#LastUpdateTime"],
         [
-            (group, p.client_id, p.remote_ip, p.language, p.version, fmt_ts(p.last_update_timestamp))
+            (group, p.client_id, p.remote_ip, p.language, version_desc(p.version), fmt_ts(p.last_update_timestamp))
             for group, producers in sorted(info.data.items())
             for p in sorted(producers, key=lambda p: p.client_id)
         ],
