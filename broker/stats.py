@@ -171,6 +171,20 @@ class BrokerStatsManager:
         counts[("broker", "get")] = (self.get_nums, self.get_size, gets)
         return counts
 
+    def _count_of(self, key: tuple[str, str]) -> tuple[int, int, int] | None:
+        """One key's counts as _counts has them, without building every key's (a view asks for one)."""
+        kind, name = key
+        if kind == "topic":
+            c = self.topic_put.get(name)
+            return None if c is None else (c[0], c[1], c[0] + c[2])
+        if kind == "group":
+            topic, _, group = name.partition("@")  # (a topic name has no '@')
+            c = self.group_get.get((group, topic))
+            return None if c is None else (c[0], c[1], c[2])
+        if name == "put":
+            return self.put_nums, self.put_size, sum(c[0] + c[2] for c in self.topic_put.values())
+        return self.get_nums, self.get_size, sum(c[2] for c in self.group_get.values())
+
     def sample_windows(self, now: float | None = None) -> None:
         """Snapshot every key into each window whose period has passed; a key new since the last call starts
         its windows from zero now (so what it counted before is in them)."""
@@ -193,8 +207,8 @@ class BrokerStatsManager:
                 s.windows[i].append(snap)
 
     def view_stats(self, stats_name: str, stats_key: str) -> tuple[StatsWindow, StatsWindow, StatsWindow] | None:
-        """VIEW_BROKER_STATS_DATA: the minute's, hour's and day's figures of one stats item, up to the last
-        snapshot (None: no such item). Keys as RocketMQ's: a topic; topic@group; the cluster name."""
+        """VIEW_BROKER_STATS_DATA: the minute's, hour's and day's figures of one stats item, up to now (None: no
+        such item). Keys as RocketMQ's: a topic; topic@group; the cluster name."""
         if stats_name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
             key = ("topic", stats_key)
         elif stats_name in (GROUP_GET_NUMS, GROUP_GET_SIZE):
@@ -204,7 +218,7 @@ class BrokerStatsManager:
         else:
             return None
         s = self._series.get(key)
-        counts = self._counts().get(key)
+        counts = self._count_of(key)
         if s is None or counts is None:
             return None
         minute, hour, day = s.view((time.monotonic(), *counts), 1 if stats_name.endswith("_SIZE") else 0)
