@@ -158,21 +158,16 @@ class BrokerStatsManager:
             self.sample_windows()
 
     # ------------------------------------------------------------------ RocketMQ's StatsItem windows
+    def _keys(self) -> list[tuple[str, str]]:
+        return [("topic", t) for t in self.topic_put] + [("group", f"{t}@{g}") for g, t in self.group_get] + [
+            ("broker", "put"), ("broker", "get")]
+
     def _counts(self) -> dict[tuple[str, str], tuple[int, int, int]]:
-        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
-        puts = gets = 0
-        for topic, c in self.topic_put.items():
-            counts[("topic", topic)] = (c[0], c[1], c[0] + c[2])
-            puts += c[0] + c[2]
-        for (group, topic), c in self.group_get.items():
-            counts[("group", f"{topic}@{group}")] = (c[0], c[1], c[2])
-            gets += c[2]
-        counts[("broker", "put")] = (self.put_nums, self.put_size, puts)
-        counts[("broker", "get")] = (self.get_nums, self.get_size, gets)
-        return counts
+        """Every key's (messages, bytes, puts or pulls)."""
+        return {key: c for key in self._keys() if (c := self._count_of(key)) is not None}
 
     def _count_of(self, key: tuple[str, str]) -> tuple[int, int, int] | None:
-        """One key's counts as _counts has them, without building every key's (a view asks for one)."""
+        """One key's (messages, bytes, puts or pulls); a view asks for one, not every key's."""
         kind, name = key
         if kind == "topic":
             c = self.topic_put.get(name)
@@ -192,7 +187,7 @@ class BrokerStatsManager:
         due = [i for i, (_, period, _) in enumerate(STATS_WINDOWS) if now - self._last_window_sample[i] >= period]
         if not due:
             if len(self._series) != len(self.topic_put) + len(self.group_get) + 2:  # a new key
-                for key in self._counts().keys() - self._series.keys():
+                for key in set(self._keys()) - self._series.keys():
                     self._series[key] = _Series((now, 0, 0, 0))
             return
         for i in due:

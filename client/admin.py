@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,17 +378,26 @@ class Admin:
         return addrs
 
     # ------------------------------------------------------------------ store maintenance
+    async def _each_broker(
+        self, call: Callable[[str], Awaitable[None]], broker_addr: str | None, cluster: str | None
+    ) -> list[str]:
+        """`call` on `broker_addr`, else on every broker of `cluster`, else of every cluster (as RocketMQ's
+        tools without -b); returns the brokers asked."""
+        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
+        for addr in addrs:
+            await call(addr)
+        return addrs
+
     async def clean_expired_consume_queue(
         self, *, broker_addr: str | None = None, cluster: str | None = None
     ) -> list[str]:
         """`cleanExpiredCQ`: have brokers drop the consume queues whose messages are all deleted (and topics
         left with none): `broker_addr`, else every broker of `cluster`, else of every cluster. Returns the
         brokers asked."""
-        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
-        for addr in addrs:
-            # A broker answers once the files are deleted: with thousands of queues that is not quick.
-            await self.api.clean_expired_consume_queue(addr, self.timeout * 10)
-        return addrs
+        # A broker answers once the files are deleted: with thousands of queues that is not quick.
+        return await self._each_broker(
+            lambda addr: self.api.clean_expired_consume_queue(addr, self.timeout * 10), broker_addr, cluster
+        )
 
     async def resume_check_half_message(self, msg_id: str) -> str:
         """`resumeCheckHalfMessage`: have the broker ask a transaction's producer again about a message whose
@@ -408,18 +417,16 @@ class Admin:
         """`deleteExpiredCommitLog`: have brokers delete their commit log files older than fileReservedTime in
         their next cleaning rounds, not only at deleteWhen's hour: as clean_expired_consume_queue for whom.
         Returns the brokers asked."""
-        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
-        for addr in addrs:
-            await self.api.delete_expired_commit_log(addr, self.timeout)
-        return addrs
+        return await self._each_broker(
+            lambda addr: self.api.delete_expired_commit_log(addr, self.timeout), broker_addr, cluster
+        )
 
     async def clean_unused_topic(self, *, broker_addr: str | None = None, cluster: str | None = None) -> list[str]:
         """`cleanUnusedTopic`: have brokers drop the consume queues of topics they have no config for: as
         clean_expired_consume_queue for whom. Returns the brokers asked."""
-        addrs = [broker_addr] if broker_addr else await self._cluster_broker_addrs(cluster)
-        for addr in addrs:
-            await self.api.clean_unused_topic(addr, self.timeout * 10)
-        return addrs
+        return await self._each_broker(
+            lambda addr: self.api.clean_unused_topic(addr, self.timeout * 10), broker_addr, cluster
+        )
 
     async def query_consume_queue(
         self,
